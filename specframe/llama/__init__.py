@@ -1,0 +1,20 @@
+"""The only package that touches libllama: a cffi binding and Pythonic wrappers around it."""
+
+from specframe.llama._native import LlamaLibraryError, library_prefix, native
+from specframe.llama.context import Batch, Context, ContextFullError, DecodeError, default_threads
+from specframe.llama.model import Model, Vocab
+
+
+def system_info() -> str:
+    ffi, lib = native()
+    return ffi.string(lib.llama_print_system_info()).decode()
+
+
+def supports_gpu_offload() -> bool:
+    return bool(native()[1].llama_supports_gpu_offload())
+
+
+__all__ = [
+    "Batch", "Context", "ContextFullError", "DecodeError", "LlamaLibraryError", "Model", "Vocab",
+    "default_threads", "library_prefix", "native", "supports_gpu_offload", "system_info",
+]

@@ -1,0 +1,122 @@
+"""The C declarations specframe binds from llama.h, for cffi's API mode.
+
+Structs end in ``...;`` so the C compiler, not this file, decides their layout: a header whose fields moved
+still binds correctly, and one whose fields were renamed fails at build time instead of corrupting memory.
+The binding module's name carries a hash of this text, so a stale build is never imported.
+"""
+
+import hashlib
+
+CDEF = r"""
+typedef int32_t llama_token;
+typedef int32_t llama_pos;
+typedef int32_t llama_seq_id;
+
+struct llama_model;
+struct llama_context;
+struct llama_vocab;
+typedef struct llama_memory_i * llama_memory_t;
+
+enum llama_vocab_type {
+    LLAMA_VOCAB_TYPE_NONE, LLAMA_VOCAB_TYPE_SPM, LLAMA_VOCAB_TYPE_BPE, LLAMA_VOCAB_TYPE_WPM,
+    LLAMA_VOCAB_TYPE_UGM, LLAMA_VOCAB_TYPE_RWKV, LLAMA_VOCAB_TYPE_PLAMO2, ...
+};
+
+enum ggml_log_level {
+    GGML_LOG_LEVEL_NONE, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_INFO, GGML_LOG_LEVEL_WARN,
+    GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT, ...
+};
+typedef void (*ggml_log_callback)(enum ggml_log_level level, const char * text, void * user_data);
+
+typedef struct llama_batch {
+    int32_t n_tokens;
+    llama_token * token;
+    float * embd;
+    llama_pos * pos;
+    int32_t * n_seq_id;
+    llama_seq_id ** seq_id;
+    int8_t * logits;
+    ...;
+} llama_batch;
+
+struct llama_model_params {
+    int32_t n_gpu_layers;
+    bool vocab_only;
+    ...;
+};
+
+struct llama_context_params {
+    uint32_t n_ctx;
+    uint32_t n_batch;
+    uint32_t n_ubatch;
+    uint32_t n_seq_max;
+    int32_t n_threads;
+    int32_t n_threads_batch;
+    bool no_perf;
+    ...;
+};
+
+typedef struct llama_chat_message {
+    const char * role;
+    const char * content;
+} llama_chat_message;
+
+void llama_backend_init(void);
+const char * llama_print_system_info(void);
+bool llama_supports_gpu_offload(void);
+void llama_log_set(ggml_log_callback log_callback, void * user_data);
+
+struct llama_model_params llama_model_default_params(void);
+struct llama_context_params llama_context_default_params(void);
+
+struct llama_model * llama_model_load_from_file(const char * path_model, struct llama_model_params params);
+void llama_model_free(struct llama_model * model);
+const struct llama_vocab * llama_model_get_vocab(const struct llama_model * model);
+int32_t llama_model_n_ctx_train(const struct llama_model * model);
+int32_t llama_model_desc(const struct llama_model * model, char * buf, size_t buf_size);
+uint64_t llama_model_size(const struct llama_model * model);
+uint64_t llama_model_n_params(const struct llama_model * model);
+int32_t llama_model_meta_val_str(const struct llama_model * model, const char * key, char * buf, size_t buf_size);
+const char * llama_model_chat_template(const struct llama_model * model, const char * name);
+
+struct llama_context * llama_init_from_model(struct llama_model * model, struct llama_context_params params);
+void llama_free(struct llama_context * ctx);
+uint32_t llama_n_ctx(const struct llama_context * ctx);
+uint32_t llama_n_batch(const struct llama_context * ctx);
+void llama_set_n_threads(struct llama_context * ctx, int32_t n_threads, int32_t n_threads_batch);
+
+llama_memory_t llama_get_memory(const struct llama_context * ctx);
+void llama_memory_clear(llama_memory_t mem, bool data);
+bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);
+llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id);
+
+struct llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_max);
+void llama_batch_free(struct llama_batch batch);
+int32_t llama_decode(struct llama_context * ctx, struct llama_batch batch);
+float * llama_get_logits(struct llama_context * ctx);
+
+enum llama_vocab_type llama_vocab_type(const struct llama_vocab * vocab);
+int32_t llama_vocab_n_tokens(const struct llama_vocab * vocab);
+const char * llama_vocab_get_text(const struct llama_vocab * vocab, llama_token token);
+bool llama_vocab_is_eog(const struct llama_vocab * vocab, llama_token token);
+bool llama_vocab_is_control(const struct llama_vocab * vocab, llama_token token);
+llama_token llama_vocab_bos(const struct llama_vocab * vocab);
+llama_token llama_vocab_eos(const struct llama_vocab * vocab);
+llama_token llama_vocab_eot(const struct llama_vocab * vocab);
+bool llama_vocab_get_add_bos(const struct llama_vocab * vocab);
+bool llama_vocab_get_add_eos(const struct llama_vocab * vocab);
+
+int32_t llama_tokenize(const struct llama_vocab * vocab, const char * text, int32_t text_len,
+                       llama_token * tokens, int32_t n_tokens_max, bool add_special, bool parse_special);
+int32_t llama_token_to_piece(const struct llama_vocab * vocab, llama_token token, char * buf, int32_t length,
+                             int32_t lstrip, bool special);
+int32_t llama_detokenize(const struct llama_vocab * vocab, const llama_token * tokens, int32_t n_tokens,
+                         char * text, int32_t text_len_max, bool remove_special, bool unparse_special);
+int32_t llama_chat_apply_template(const char * tmpl, const struct llama_chat_message * chat, size_t n_msg,
+                                  bool add_ass, char * buf, int32_t length);
+
+extern "Python" void specframe_log_callback(enum ggml_log_level level, const char * text, void * user_data);
+"""
+
+DECLARATIONS_HASH = hashlib.sha256(CDEF.encode()).hexdigest()[:12]
+MODULE_NAME = f"_specframe_llama_{DECLARATIONS_HASH}"

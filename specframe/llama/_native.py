@@ -1,0 +1,77 @@
+"""Find and import the compiled binding that build_llama.sh made, and route llama.cpp's log into logging."""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import pathlib
+
+from specframe.errors import SpecframeError
+from specframe.llama._declarations import MODULE_NAME
+from specframe.paths import cache_dir
+
+log = logging.getLogger("specframe.llama")
+
+_BUILD_HINT = "build it with ./build_llama.sh (add --cuda or --metal for a GPU), see README.md"
+
+
+class LlamaLibraryError(SpecframeError):
+    """libllama or its binding is missing or unusable."""
+
+
+def library_prefix() -> pathlib.Path:
+    """The libllama build in use: $SPECFRAME_LLAMA_PREFIX, else the one build_llama.sh recorded last."""
+    explicit = os.environ.get("SPECFRAME_LLAMA_PREFIX")
+    if explicit:
+        return pathlib.Path(explicit)
+    pointer = cache_dir() / "llama" / "current"
+    if not pointer.is_file():
+        raise LlamaLibraryError(f"libllama is not built (no {pointer}): {_BUILD_HINT}")
+    return pathlib.Path(pointer.read_text().strip())
+
+
+@functools.lru_cache(maxsize=None)
+def native():
+    """Return ``(ffi, lib)`` of the binding, importing it once."""
+    prefix = library_prefix()
+    binding_dir = prefix / "python"
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = binding_dir / f"{MODULE_NAME}{suffix}"
+        if candidate.is_file():
+            break
+    else:
+        raise LlamaLibraryError(
+            f"no specframe binding for this Python and this version of specframe in {binding_dir}: {_BUILD_HINT}"
+        )
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, candidate)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        raise LlamaLibraryError(f"cannot load {candidate} ({exc}): {_BUILD_HINT}") from None
+    ffi, lib = module.ffi, module.lib
+    _install_log_callback(ffi, lib)
+    lib.llama_backend_init()
+    return ffi, lib
+
+
+_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+
+
+def _install_log_callback(ffi, lib) -> None:
+    last_level = [logging.INFO]
+
+    @ffi.def_extern()
+    def specframe_log_callback(level, text, _user_data):
+        # GGML_LOG_LEVEL_CONT continues the previous message at its level.
+        python_level = _LEVELS.get(int(level), last_level[0])
+        last_level[0] = python_level
+        if log.isEnabledFor(python_level):
+            message = ffi.string(text).decode("utf-8", "replace").rstrip("\n")
+            if message:
+                log.log(python_level, "%s", message)
+
+    lib.llama_log_set(lib.specframe_log_callback, ffi.NULL)

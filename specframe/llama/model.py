@@ -1,0 +1,219 @@
+"""Model and Vocab: a loaded GGUF file and its tokenizer."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Sequence
+
+import numpy as np
+
+from specframe.errors import ModelError
+from specframe.llama._native import native
+
+VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
+class Model:
+    """A model loaded from a GGUF file; frees itself (and its contexts) on ``close`` or at the end of a ``with``."""
+
+    def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = 0, vocab_only: bool = False):
+        self._ffi, self._lib = native()
+        self.path = os.fspath(path)
+        if not os.path.isfile(self.path):
+            raise ModelError(f"model file not found: {self.path}")
+        params = self._lib.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only
+        handle = self._lib.llama_model_load_from_file(self.path.encode(), params)
+        if handle == self._ffi.NULL:
+            raise ModelError(f"llama.cpp could not load {self.path}: not a GGUF model this build supports "
+                             "(run with --verbose to see llama.cpp's reason)")
+        self._handle = handle
+        self._contexts: weakref.WeakSet = weakref.WeakSet()
+        self.vocab = Vocab(self, self._lib.llama_model_get_vocab(handle))
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise ModelError(f"model {self.path} is closed")
+        return self._handle
+
+    def _register_context(self, context) -> None:
+        self._contexts.add(context)
+
+    def close(self) -> None:
+        """Free the model after every context made from it."""
+        if self._handle is None:
+            return
+        for context in list(self._contexts):
+            context.close()
+        self._lib.llama_model_free(self._handle)
+        self._handle = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    @property
+    def n_ctx_train(self) -> int:
+        return self._lib.llama_model_n_ctx_train(self.handle)
+
+    @property
+    def description(self) -> str:
+        buf = self._ffi.new("char[]", 256)
+        self._lib.llama_model_desc(self.handle, buf, 256)
+        return self._ffi.string(buf).decode("utf-8", "replace")
+
+    @property
+    def size_bytes(self) -> int:
+        return self._lib.llama_model_size(self.handle)
+
+    @property
+    def n_params(self) -> int:
+        return self._lib.llama_model_n_params(self.handle)
+
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as text, or None when the file has no such key."""
+        size = 4096
+        buf = self._ffi.new("char[]", size)
+        n = self._lib.llama_model_meta_val_str(self.handle, key.encode(), buf, size)
+        if n < 0:
+            return None
+        if n >= size:
+            buf = self._ffi.new("char[]", n + 1)
+            self._lib.llama_model_meta_val_str(self.handle, key.encode(), buf, n + 1)
+        return self._ffi.string(buf).decode("utf-8", "replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        raw = self._lib.llama_model_chat_template(self.handle, self._ffi.NULL)
+        return None if raw == self._ffi.NULL else self._ffi.string(raw).decode("utf-8", "replace")
+
+    def apply_chat_template(self, messages: Sequence[tuple[str, str]], add_assistant: bool = True) -> str:
+        """Format (role, content) messages with the model's own chat template (llama.cpp's built-in set)."""
+        template = self._lib.llama_model_chat_template(self.handle, self._ffi.NULL)
+        if template == self._ffi.NULL:
+            raise ModelError(f"{self.path} has no chat template: pass --raw to send the prompt as it is")
+        keep = [(self._ffi.new("char[]", r.encode()), self._ffi.new("char[]", c.encode())) for r, c in messages]
+        chat = self._ffi.new("llama_chat_message[]", len(keep))
+        for item, (role, content) in zip(chat, keep):
+            item.role, item.content = role, content
+        size = 2 * sum(len(c) + len(r) for r, c in messages) + 1024
+        for _ in range(2):
+            buf = self._ffi.new("char[]", size)
+            n = self._lib.llama_chat_apply_template(template, chat, len(keep), add_assistant, buf, size)
+            if n < 0:
+                raise ModelError(f"llama.cpp does not support the chat template of {self.path}: pass --raw")
+            if n <= size:
+                return self._ffi.unpack(buf, n).decode("utf-8", "replace")
+            size = n + 1
+        raise ModelError("chat template output kept growing")  # pragma: no cover - llama.cpp reports exact sizes
+
+
+class Vocab:
+    """The tokenizer of a model: token ids <-> text."""
+
+    def __init__(self, model: Model, handle):
+        self._model = model  # keeps the model (which owns the vocab) alive
+        self._ffi, self._lib = model._ffi, model._lib
+        self._handle = handle
+        lib = self._lib
+        self.n_tokens: int = lib.llama_vocab_n_tokens(handle)
+        self.type: str = VOCAB_TYPES.get(int(lib.llama_vocab_type(handle)), "unknown")
+        self.bos: int = lib.llama_vocab_bos(handle)
+        self.eos: int = lib.llama_vocab_eos(handle)
+        self.eot: int = lib.llama_vocab_eot(handle)
+        self.add_bos: bool = bool(lib.llama_vocab_get_add_bos(handle))
+        self.add_eos: bool = bool(lib.llama_vocab_get_add_eos(handle))
+        self._piece_buf = self._ffi.new("char[]", 256)
+
+    def incompatibility(self, draft: "Vocab") -> str | None:
+        """Why ``draft`` cannot draft token ids for this (target) vocabulary, or None when it can.
+
+        llama.cpp's rule (common_speculative_are_compatible): same vocabulary type, same BOS/EOS where they are
+        added, sizes within 128, and identical token text from id 5 on.
+        """
+        if self.type != draft.type:
+            return f"vocabulary types differ ({self.type} vs {draft.type})"
+        if self.add_bos != draft.add_bos or (self.add_bos and self.bos != draft.bos):
+            return f"BOS handling differs (add {self.add_bos}/{draft.add_bos}, id {self.bos}/{draft.bos})"
+        if self.add_eos != draft.add_eos or (self.add_eos and self.eos != draft.eos):
+            return f"EOS handling differs (add {self.add_eos}/{draft.add_eos}, id {self.eos}/{draft.eos})"
+        if abs(self.n_tokens - draft.n_tokens) > 128:
+            return f"vocabulary sizes differ by more than 128 ({self.n_tokens} vs {draft.n_tokens})"
+        get_text, mine, theirs = self._lib.llama_vocab_get_text, self._handle, draft._handle
+        string = self._ffi.string
+        for token in range(5, min(self.n_tokens, draft.n_tokens)):
+            if string(get_text(mine, token)) != string(get_text(theirs, token)):
+                return f"token {token} differs ({self.text(token)!r} vs {draft.text(token)!r})"
+        return None
+
+    def is_eog(self, token: int) -> bool:
+        """End of generation: EOS, EOT and the other tokens the model marks as ending a turn."""
+        return bool(self._lib.llama_vocab_is_eog(self._handle, token))
+
+    def is_control(self, token: int) -> bool:
+        return bool(self._lib.llama_vocab_is_control(self._handle, token))
+
+    def text(self, token: int) -> bytes:
+        """The token's text as stored in the vocabulary (e.g. with SentencePiece's ▁ or BPE's Ġ)."""
+        self._check(token)
+        return self._ffi.string(self._lib.llama_vocab_get_text(self._handle, token))
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes this token stands for in output text; may be part of a multi-byte character."""
+        self._check(token)
+        n = self._lib.llama_token_to_piece(self._handle, token, self._piece_buf, 256, 0, special)
+        if n < 0:
+            buf = self._ffi.new("char[]", -n)
+            n = self._lib.llama_token_to_piece(self._handle, token, buf, -n, 0, special)
+            return self._ffi.unpack(buf, n)
+        return self._ffi.unpack(self._piece_buf, n)
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> np.ndarray:
+        """Text -> int32 token ids; ``add_special`` adds BOS/EOS as the model asks, ``parse_special`` reads
+        markers like <|im_start|> as the special tokens they name."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        out = np.empty(capacity, dtype=np.int32)
+        ptr = self._ffi.from_buffer("llama_token[]", out)
+        n = self._lib.llama_tokenize(self._handle, data, len(data), ptr, capacity, add_special, parse_special)
+        if n < 0:
+            out = np.empty(-n, dtype=np.int32)
+            ptr = self._ffi.from_buffer("llama_token[]", out)
+            n = self._lib.llama_tokenize(self._handle, data, len(data), ptr, -n, add_special, parse_special)
+            if n < 0:
+                raise ModelError(f"tokenization of {len(data)} bytes failed")
+        return out[:n].copy()
+
+    def detokenize(self, tokens, remove_special: bool = False, unparse_special: bool = False) -> str:
+        """Token ids -> text, with llama.cpp's handling of leading spaces."""
+        array = np.ascontiguousarray(tokens, dtype=np.int32)
+        if array.size == 0:
+            return ""
+        self._check_array(array)
+        ptr = self._ffi.from_buffer("llama_token[]", array)
+        size = max(64, 8 * array.size)
+        for _ in range(2):
+            buf = self._ffi.new("char[]", size)
+            n = self._lib.llama_detokenize(self._handle, ptr, array.size, buf, size, remove_special, unparse_special)
+            if n >= 0:
+                return self._ffi.unpack(buf, n).decode("utf-8", "replace")
+            size = -n
+        raise ModelError("detokenization failed")  # pragma: no cover - llama.cpp reports exact sizes
+
+    def _check(self, token: int) -> None:
+        if not 0 <= token < self.n_tokens:
+            raise ValueError(f"token id {token} is outside the vocabulary [0, {self.n_tokens})")
+
+    def _check_array(self, tokens: np.ndarray) -> None:
+        if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= self.n_tokens):
+            bad = tokens[(tokens < 0) | (tokens >= self.n_tokens)][0]
+            raise ValueError(f"token id {int(bad)} is outside the vocabulary [0, {self.n_tokens})")

@@ -1,0 +1,146 @@
+"""Loading plugins and collecting the drafter types they register.
+
+Sources, in order: the built-in drafters (plugins like any other), the ``specframe`` entry points of installed
+packages (all of them, or only the distributions named in SPECFRAME_LOAD_PLUGINS, comma-separated, where an
+empty value loads none), then modules named in a config's ``[plugins] modules``. An installed plugin that fails
+to load is reported and skipped; a module the config names that fails to load is a configuration error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+import pluggy
+
+from specframe import hookspecs
+from specframe.drafting.protocol import Drafter
+from specframe.errors import ConfigError
+
+log = logging.getLogger("specframe.plugins")
+
+ENTRY_POINT_GROUP = "specframe"
+BUILTIN_PLUGINS = (
+    "specframe.drafters.prompt_lookup",
+    "specframe.drafters.ngram_simple",
+    "specframe.drafters.draft_model",
+)
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class DrafterType:
+    """A registered drafter class and where it came from."""
+
+    cls: type
+    plugin: str
+    package: str
+
+    @property
+    def name(self) -> str:
+        return self.cls.name
+
+    def parameters(self) -> list[tuple[str, str, object]]:
+        """(name, type, default) of each configuration key; the default is MISSING for required keys."""
+        return [(f.name, _type_name(f.type), f.default if f.default is not dataclasses.MISSING else
+                 (f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING))
+                for f in dataclasses.fields(self.cls.Params)]
+
+
+def _type_name(annotation) -> str:
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+
+
+@dataclass
+class Plugins:
+    """The loaded plugins, and the package each one came from."""
+
+    manager: pluggy.PluginManager
+    packages: dict[str, str]
+
+    def drafter_types(self) -> dict[str, DrafterType]:
+        return drafter_types(self)
+
+
+def load_plugins(modules: Iterable[str] = ()) -> Plugins:
+    pm = pluggy.PluginManager("specframe")
+    pm.add_hookspecs(hookspecs)
+    packages: dict[str, str] = {}
+    for name in BUILTIN_PLUGINS:
+        pm.register(importlib.import_module(name), name=name)
+        packages[name] = "specframe (built-in)"
+    _load_entry_points(pm, packages)
+    for name in modules:
+        if pm.get_plugin(name) is not None:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:  # any failure of a named module is the config's problem to report
+            raise ConfigError(f"[plugins] modules: cannot import '{name}' ({type(exc).__name__}: {exc})") from None
+        pm.register(module, name=name)
+        top = name.split(".")[0]
+        packages[name] = ", ".join(importlib.metadata.packages_distributions().get(top, [])) or top
+    return Plugins(pm, packages)
+
+
+def _load_entry_points(pm: pluggy.PluginManager, packages: dict[str, str]) -> None:
+    pinned = os.environ.get("SPECFRAME_LOAD_PLUGINS")
+    wanted = None if pinned is None else {p.strip() for p in pinned.split(",") if p.strip()}
+    seen = set()
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist.name if ep.dist else ep.module
+        seen.add(dist)
+        if (wanted is not None and dist not in wanted) or pm.get_plugin(ep.name) is not None:
+            continue
+        try:
+            pm.register(ep.load(), name=ep.name)
+            packages[ep.name] = dist
+        except Exception as exc:
+            log.warning("plugin '%s' from package %s failed to load and is skipped: %s: %s",
+                        ep.name, dist, type(exc).__name__, exc)
+    for missing in sorted((wanted or set()) - seen):
+        log.warning("SPECFRAME_LOAD_PLUGINS names '%s', but no installed package of that name has "
+                    "'%s' entry points", missing, ENTRY_POINT_GROUP)
+
+
+def drafter_types(plugins: Plugins) -> dict[str, DrafterType]:
+    """Every drafter type the plugins register, by name. A faulty registration is reported and skipped."""
+    types: dict[str, DrafterType] = {}
+    for impl in plugins.manager.hook.register_drafters.get_hookimpls():  # registration order: built-ins first
+        plugin = impl.plugin_name
+
+        def register(cls, _plugin=plugin):
+            problem = _check_drafter_class(cls)
+            if problem:
+                log.warning("plugin '%s' registered an invalid drafter %r (%s): skipped", _plugin, cls, problem)
+            elif cls.name in types:
+                log.warning("plugin '%s' registers drafter type '%s', already registered by plugin '%s': "
+                            "skipped", _plugin, cls.name, types[cls.name].plugin)
+            else:
+                types[cls.name] = DrafterType(cls, _plugin, plugins.packages.get(_plugin, _plugin))
+
+        try:
+            impl.function(register=register)
+        except Exception as exc:
+            log.warning("plugin '%s' failed in register_drafters and is skipped: %s: %s",
+                        plugin, type(exc).__name__, exc)
+    return types
+
+
+def _check_drafter_class(cls) -> str | None:
+    if not (isinstance(cls, type) and issubclass(cls, Drafter)):
+        return "not a subclass of specframe.Drafter"
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not _NAME.match(name):
+        return "its 'name' must be a lowercase identifier such as 'my-drafter'"
+    if not dataclasses.is_dataclass(cls.Params):
+        return "its 'Params' must be a dataclass"
+    if cls.draft is Drafter.draft:
+        return "it does not implement draft()"
+    return None

@@ -1,0 +1,29 @@
+"""Human-readable statistics, as llama.cpp prints them for speculative decoding."""
+
+from __future__ import annotations
+
+from specframe.engine import GenerationResult
+
+_DRAFTER_COLUMNS = ("#calls", "#gen drafts", "#acc drafts", "#gen tokens", "#acc tokens", "dur(b,g,a) ms")
+
+
+def format_stats(result: GenerationResult, speculative: bool = True) -> str:
+    s = result.stats
+    lines = [
+        "",
+        f"prompt: {s.n_prompt_tokens} tokens in {s.prompt_seconds:.2f} s ({s.prompt_tokens_per_second:.1f} tokens/s)",
+        f"generated: {s.n_generated} tokens in {s.generation_seconds:.2f} s ({s.tokens_per_second:.2f} tokens/s), "
+        f"{s.n_target_passes} target passes ({s.tokens_per_pass:.2f} tokens/pass), stop: {result.stop_reason}",
+    ]
+    if speculative:
+        lines.append(f"drafted: {s.n_drafted}, accepted: {s.n_accepted} ({100 * s.acceptance_rate:.1f} %), "
+                     f"{s.n_drafts} drafts, mean accepted length {s.mean_accepted_length:.2f}")
+    if s.drafters:
+        width = max(8, *(len(name) for name in s.drafters))
+        lines.append(f"{'drafter':<{width}}  " + "  ".join(f"{c:>11}" for c in _DRAFTER_COLUMNS))
+        for name, d in s.drafters.items():
+            durations = f"{d['begin_ms']:.1f},{d['draft_ms']:.1f},{d['accept_ms']:.1f}"
+            cells = (d["calls"], d["drafts"], d["accepted_drafts"], d["drafted_tokens"], d["accepted_tokens"])
+            lines.append(f"{name:<{width}}  " + "  ".join(f"{c:>11}" for c in cells) + f"  {durations:>13}"
+                         + (f"  DISABLED: {d['disabled']}" if "disabled" in d else ""))
+    return "\n".join(lines)
