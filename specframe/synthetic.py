@@ -57,9 +57,9 @@ def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: floa
     noise_rng = np.random.default_rng(noise_seed)
 
     def weight(*dims: int, scale: float) -> np.ndarray:
-        w = rng.standard_normal(dims).astype(np.float32) * scale
+        w = (rng.standard_normal(dims) * scale).astype(np.float32)
         if noise:
-            w += noise_rng.standard_normal(dims).astype(np.float32) * scale * noise
+            w += (noise_rng.standard_normal(dims) * scale * noise).astype(np.float32)
         return w
 
     writer = gguf.GGUFWriter(path, "llama")

@@ -1,0 +1,46 @@
+"""Shared fixtures: tiny synthetic models written at test time, configs, and the real models of MODELS.md."""
+
+from __future__ import annotations
+
+import pathlib
+import textwrap
+
+import pytest
+
+from specframe.synthetic import write_synthetic_model
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory) -> pathlib.Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def target_path(models_dir) -> pathlib.Path:
+    """A float32 llama model with random weights (same tokenizer as ``draft_path``)."""
+    return pathlib.Path(write_synthetic_model(models_dir / "target.gguf", seed=0))
+
+
+@pytest.fixture(scope="session")
+def draft_path(models_dir) -> pathlib.Path:
+    """The target's weights plus noise: a same-vocabulary draft that mostly, not always, agrees."""
+    return pathlib.Path(write_synthetic_model(models_dir / "draft.gguf", seed=0, noise=0.15, noise_seed=7))
+
+
+@pytest.fixture
+def write_config(tmp_path):
+    """Write a TOML config (dedented) into a fresh folder; return its path."""
+
+    def write(text: str, name: str = "config.toml") -> pathlib.Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+def real_model(name: str) -> pathlib.Path:
+    """A catalog model from MODELS.md, fetched (sha256-checked) into the user cache on first use."""
+    from specframe.models import resolve_model
+
+    return resolve_model(name)

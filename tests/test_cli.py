@@ -1,0 +1,85 @@
+"""The command line on the synthetic model: run (text, --json, --no-spec), plugins, models, one-line errors."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from specframe.cli import main
+
+
+@pytest.fixture
+def config(write_config, target_path, draft_path):
+    return write_config(f"""
+        [target]
+        model = "{target_path}"
+        n_ctx = 1024
+        [generation]
+        max_tokens = 40
+        [[drafter]]
+        type = "prompt-lookup"
+        [[drafter]]
+        type = "draft-model"
+        model = "{draft_path}"
+        p_min = 0.2
+        """)
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_run_json_reports_text_tokens_and_stats(config):
+    result = run("run", "--config", str(config), "--prompt", "the quick brown fox", "--raw", "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert len(data["tokens"]) == 40 and data["n_prompt_tokens"] > 0 and data["text"]
+    stats = data["stats"]
+    for key in ("n_drafted", "n_accepted", "acceptance_rate", "n_target_passes", "tokens_per_second"):
+        assert key in stats
+    assert set(stats["drafters"]) == {"prompt-lookup", "draft-model"}
+    assert stats["n_accepted"] == sum(d["accepted_tokens"] for d in stats["drafters"].values())
+
+
+def test_run_streams_text_to_stdout_and_statistics_to_stderr(config):
+    spec = run("run", "-c", str(config), "-p", "the quick brown fox", "--raw")
+    plain = run("run", "-c", str(config), "-p", "the quick brown fox", "--raw", "--no-spec")
+    assert spec.exit_code == plain.exit_code == 0
+    assert spec.stdout == plain.stdout                 # speculation does not change the answer
+    assert "tokens/pass" in spec.stderr and "draft-model" in spec.stderr and "accepted" in spec.stderr
+    assert "drafted" not in plain.stderr
+
+
+def test_run_options_override_the_config(config, tmp_path):
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("the quick brown fox")
+    out = run("run", "-c", str(config), "-f", str(prompt), "--raw", "--json", "-n", "5", "-t", "0.8", "-s", "3")
+    again = run("run", "-c", str(config), "-f", str(prompt), "--raw", "--json", "-n", "5", "-t", "0.8", "-s", "3")
+    assert len(json.loads(out.stdout)["tokens"]) == 5
+    assert json.loads(out.stdout)["tokens"] == json.loads(again.stdout)["tokens"]
+
+
+def test_errors_are_one_line(config, write_config):
+    bad = write_config('[target]\nmodel = "x.gguf"\n', name="bad.toml")
+    result = run("run", "-c", str(bad), "-p", "hi")
+    assert result.exit_code == 1
+    assert result.stderr.strip().count("\n") == 0 and "target.model" in result.stderr
+    both = run("run", "-c", str(config), "-p", "hi", "-f", str(bad))
+    assert both.exit_code == 2 and "exactly one of --prompt" in both.stderr
+
+
+def test_plugins_lists_every_drafter_with_its_parameters():
+    result = run("plugins", "--json")
+    listing = {entry["type"]: entry for entry in json.loads(result.stdout)}
+    assert {"prompt-lookup", "ngram-simple", "draft-model", "cycle"} <= set(listing)
+    params = {p["name"]: p for p in listing["draft-model"]["parameters"]}
+    assert params["p_min"]["default"] == 0.75 and params["model"]["required"]
+    assert listing["cycle"]["package"] == "specframe-cycle"
+    assert "prompt-lookup  (plugin specframe.drafters.prompt_lookup" in run("plugins").stdout
+
+
+def test_models_list_and_unknown_names():
+    listing = json.loads(run("models", "list", "--json").stdout)
+    assert {m["name"] for m in listing} >= {"qwen2.5-coder-1.5b-instruct-q4_k_m", "smollm2-135m-instruct-q4_1"}
+    result = run("models", "path", "no-such-model")
+    assert result.exit_code == 1 and "unknown model 'no-such-model'; catalog models:" in result.stderr

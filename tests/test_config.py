@@ -1,0 +1,101 @@
+"""Config files: valid ones load into frozen dataclasses; every mistake is one line naming file, key, expectation."""
+
+import dataclasses
+
+import pytest
+
+from specframe.config import load_config
+from specframe.errors import ConfigError
+
+
+def test_a_valid_config_loads_with_defaults_and_priority_order(write_config, target_path, draft_path):
+    config = load_config(write_config(f"""
+        [target]
+        model = "{target_path}"
+        [sampling]
+        temperature = 1
+        [[drafter]]
+        type = "draft-model"
+        model = "{draft_path}"
+        [[drafter]]
+        type = "ngram-simple"
+        name = "short-ngrams"
+        n = 3
+        """))
+    assert config.target.n_ctx == 4096 and config.sampling.temperature == 1.0
+    assert isinstance(config.sampling.temperature, float)
+    types = config.plugins.drafter_types()
+    # draftless drafters go first unless [speculative] order says otherwise
+    assert [d.name for d in config.ordered_drafters(types)] == ["short-ngrams", "draft-model"]
+    assert config.drafters[1].params.n == 3 and config.drafters[1].params.m == 48
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.target.n_ctx = 1
+
+
+def test_explicit_order_is_kept(write_config, target_path):
+    config = load_config(write_config(f"""
+        [target]
+        model = "{target_path}"
+        [speculative]
+        order = ["b", "a"]
+        [[drafter]]
+        type = "prompt-lookup"
+        name = "a"
+        [[drafter]]
+        type = "ngram-simple"
+        name = "b"
+        """))
+    assert [d.name for d in config.ordered_drafters(config.plugins.drafter_types())] == ["b", "a"]
+
+
+def test_relative_model_paths_are_read_from_the_config_folder(write_config, target_path, tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "t.gguf").write_bytes(target_path.read_bytes())
+    config = load_config(write_config('[target]\nmodel = "models/t.gguf"\n'))
+    assert config.target.model == "models/t.gguf" and config.directory == tmp_path
+
+
+BAD = [
+    ('[target]\nmodel = "{t}"\nn_ctx = "big"\n', "target.n_ctx: expected an integer >= 16, got 'big'"),
+    ('[target]\nmodel = "{t}"\nn_ctx = 8\n', "target.n_ctx: expected an integer >= 16, got 8"),
+    ('[target]\nmodel = "{t}"\ncontext = 8\n', "target.context: unknown key; expected one of: model, n_ctx"),
+    ('[target]\nn_ctx = 512\n', "target.model: missing; expected a catalog model name or a GGUF path"),
+    ('[target]\nmodel = "nope.gguf"\n', "target.model: model file 'nope.gguf' not found"),
+    ('[target]\nmodel = "{t}"\n[sampling]\ntop_p = 1.5\n', "sampling.top_p: expected a number in [0.0, 1.0], got 1.5"),
+    ('[target]\nmodel = "{t}"\n[speculative]\nenabled = "yes"\n', "speculative.enabled: expected true or false"),
+    ('[target]\nmodel = "{t}"\n[tagret]\nx = 1\n', "tagret: unknown section; expected one of"),
+    ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "eagle"\n',
+     "drafter[0].type: unknown drafter type 'eagle'; known types: cycle, draft-model, ngram-simple, prompt-lookup"),
+    ('[target]\nmodel = "{t}"\n[[drafter]]\nn = 3\n', "drafter[0].type: missing; expected one of"),
+    ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "ngram-simple"\nn = 0\n',
+     "drafter[0] (type 'ngram-simple').n: expected an integer >= 1, got 0"),
+    ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "ngram-simple"\nsize = 3\n',
+     "drafter[0] (type 'ngram-simple').size: unknown key; expected one of: n, m"),
+    ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "draft-model"\n',
+     "drafter[0] (type 'draft-model').model: missing; expected a string"),
+    ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "draft-model"\nmodel = "missing.gguf"\n',
+     "drafter[0] (type 'draft-model').model: model file 'missing.gguf' not found"),
+    ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "prompt-lookup"\n[[drafter]]\ntype = "prompt-lookup"\n',
+     "drafter[1].name: expected a name not used by another drafter, got 'prompt-lookup'"),
+    ('[target]\nmodel = "{t}"\n[speculative]\norder = ["x"]\n[[drafter]]\ntype = "prompt-lookup"\n',
+     "speculative.order[0]: 'x' names no [[drafter]]; expected one of prompt-lookup"),
+    ('[target]\nmodel = "{t}"\n[plugins]\nmodules = ["no_such_module_x"]\n',
+     "[plugins] modules: cannot import 'no_such_module_x' (ModuleNotFoundError"),
+    ('[target\nmodel = 1\n', "invalid TOML"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD, ids=[m.split(":")[0] for _, m in BAD])
+def test_mistakes_are_reported_in_one_line_with_file_key_and_expectation(write_config, target_path, text, message):
+    path = write_config(text.replace("{t}", str(target_path)))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    error = str(info.value)
+    assert "\n" not in error
+    assert error.startswith(str(path)) or "[plugins]" in error
+    assert message in error
+
+
+def test_a_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "absent.toml")

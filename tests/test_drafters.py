@@ -1,0 +1,173 @@
+"""Built-in drafters on hand-built token sequences whose right draft is known, and against brute force."""
+
+import numpy as np
+import pytest
+
+from specframe.drafters.draft_model import DraftModelDrafter, DraftModelParams
+from specframe.drafters.ngram_simple import NgramSimpleDrafter, NgramSimpleParams
+from specframe.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupParams
+from specframe.drafting import DrafterEnv
+from specframe.llama import Model
+
+
+def h(*tokens):
+    return np.array(tokens, dtype=np.int32)
+
+
+def drafted(drafter, history, n_max=64):
+    return drafter.draft(history, n_max).tokens.tolist()
+
+
+# --- prompt-lookup -----------------------------------------------------------------------------------------------
+
+def test_prompt_lookup_matches_the_longest_suffix_at_its_earliest_occurrence():
+    d = PromptLookupDrafter(PromptLookupParams(max_ngram=2, num_pred=3), env=None)
+    # suffix (1, 2) occurs at 0 and 4: the earliest wins, and the continuation stops at num_pred
+    assert drafted(d, h(1, 2, 3, 4, 1, 2, 7, 8, 1, 2)) == [3, 4, 1]
+    d.begin(h())
+    # (9, 7) never occurred: fall back to the 1-gram (7), first seen at 0
+    assert drafted(d, h(7, 8, 9, 5, 9, 7)) == [8, 9, 5]
+    d.begin(h())
+    assert drafted(d, h(1, 2, 3)) == []                      # no earlier occurrence of anything
+    d.begin(h())
+    assert drafted(d, h(4, 5, 6, 4, 5), n_max=1) == [6]      # n_max caps the draft
+    d.begin(h())
+    assert drafted(d, h(4, 5, 4, 5)) == [4, 5]               # a short continuation is drafted as far as it goes
+
+
+def reference_prompt_lookup(tokens, max_ngram, num_pred, n_max):
+    """The obvious rescanning implementation."""
+    length = len(tokens)
+    for n in range(min(max_ngram, length - 1), 0, -1):
+        suffix = tokens[length - n:]
+        for start in range(0, length - n):
+            if tokens[start:start + n] == suffix:
+                return tokens[start + n:min(start + n + num_pred, start + n + n_max, length)]
+    return []
+
+
+def reference_ngram_simple(tokens, n, m, n_max):
+    """llama.cpp's common_ngram_simple_draft, transcribed, with position 0 searched too (our documented fix)."""
+    cur_len = len(tokens) - 1
+    if cur_len <= n + m + 1:
+        return []
+    pattern = tokens[cur_len - n + 1:cur_len] + [tokens[-1]]
+    match = None
+    for j in range(cur_len - n - 1, -1, -1):
+        if tokens[j:j + n] == pattern:
+            match = j
+            break
+    if match is None:
+        return []
+    copy_max = min(m, cur_len - (match + n))
+    if copy_max < n:
+        return []
+    return tokens[match + n:match + n + min(copy_max, n_max)]
+
+
+def repetitive_sequences(seed, count=20, length=300):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        vocab = int(rng.integers(3, 12))
+        out = []
+        while len(out) < length:   # random tokens with copied runs, like code being edited
+            if out and rng.random() < 0.5:
+                start = int(rng.integers(0, len(out)))
+                out.extend(out[start:start + int(rng.integers(1, 30))])
+            else:
+                out.extend(rng.integers(0, vocab, size=int(rng.integers(1, 6))).tolist())
+        yield out[:length]
+
+
+@pytest.mark.parametrize("max_ngram,num_pred", [(1, 5), (2, 10), (4, 3)])
+def test_prompt_lookup_incremental_index_equals_rescanning(max_ngram, num_pred):
+    drafter = PromptLookupDrafter(PromptLookupParams(max_ngram=max_ngram, num_pred=num_pred), env=None)
+    for seq in repetitive_sequences(1):
+        drafter.begin(h(*seq[:5]))
+        for length in range(5, len(seq), 3):   # the history grows by a few tokens per call
+            want = reference_prompt_lookup(seq[:length], max_ngram, num_pred, n_max=8)
+            assert drafted(drafter, h(*seq[:length]), n_max=8) == want
+
+
+# --- ngram-simple ------------------------------------------------------------------------------------------------
+
+def test_ngram_simple_follows_llama_cpp_rules():
+    d = NgramSimpleDrafter(NgramSimpleParams(n=2, m=3), env=None)
+    # pattern (5, 6) found at 1: draft what followed, at most m
+    assert drafted(d, h(0, 5, 6, 1, 2, 3, 9, 5, 6)) == [1, 2, 3]
+    d.begin(h())
+    # found at position 0 (llama.cpp's search skips position 0; we do not, on purpose)
+    assert drafted(d, h(5, 6, 1, 2, 3, 4, 9, 5, 6)) == [1, 2, 3]
+    d.begin(h())
+    # the most recent occurrence wins
+    assert drafted(d, h(5, 6, 1, 1, 5, 6, 2, 2, 8, 5, 6)) == [2, 2, 8]
+    d.begin(h())
+    # fewer than n tokens follow the match: no draft
+    assert drafted(d, h(0, 0, 0, 0, 0, 0, 0, 5, 6, 5, 6)) == []
+    d.begin(h())
+    # too short a history (at most n + m + 2 tokens): no draft
+    assert drafted(d, h(5, 6, 1, 2, 3, 5, 6)) == []
+    d.begin(h())
+    # the occurrence right before the pattern is skipped, as in llama.cpp
+    assert drafted(d, h(1, 2, 3, 4, 9, 9, 9, 9, 9)) == []
+
+
+@pytest.mark.parametrize("n,m", [(1, 4), (2, 8), (3, 48), (12, 48)])
+def test_ngram_simple_incremental_index_equals_llama_cpp_search(n, m):
+    drafter = NgramSimpleDrafter(NgramSimpleParams(n=n, m=m), env=None)
+    for seq in repetitive_sequences(2):
+        drafter.begin(h(*seq[:5]))
+        for length in range(5, len(seq), 2):
+            want = reference_ngram_simple(seq[:length], n, m, n_max=16)
+            assert drafted(drafter, h(*seq[:length]), n_max=16) == want
+
+
+def test_drafters_restart_cleanly_when_a_new_request_skips_begin():
+    for drafter in (PromptLookupDrafter(PromptLookupParams(), env=None),
+                    NgramSimpleDrafter(NgramSimpleParams(n=1, m=2), env=None)):
+        drafted(drafter, h(*range(50)))
+        fresh = type(drafter)(drafter.params, env=None)
+        history = h(3, 4, 5, 6, 3, 4, 5, 6, 3)
+        assert drafted(drafter, history) == drafted(fresh, history)
+
+
+# --- draft-model -------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def target_model(target_path):
+    with Model(target_path) as model:
+        yield model
+
+
+def draft_model(target_model, draft_path, **params):
+    env = DrafterEnv(target=target_model, n_ctx=512, n_threads=2, n_gpu_layers=0)
+    return DraftModelDrafter(DraftModelParams(model=str(draft_path), **params), env)
+
+
+def test_draft_model_keeps_its_memory_in_step_incrementally(target_model, draft_path):
+    """Drafts from a drafter that syncs incrementally (keeping accepted draft tokens in its KV memory) equal
+    those of a fresh drafter that evaluates the whole history each time."""
+    incremental = draft_model(target_model, draft_path, p_min=0.0, n_max=6)
+    rng = np.random.default_rng(0)
+    history = list(target_model.vocab.tokenize("the quick brown fox"))
+    incremental.begin(h(*history))
+    for _ in range(12):
+        draft = drafted(incremental, h(*history), n_max=6)
+        fresh = draft_model(target_model, draft_path, p_min=0.0, n_max=6)
+        assert drafted(fresh, h(*history), n_max=6) == draft
+        fresh.close()
+        keep = int(rng.integers(0, len(draft) + 1))       # the target accepts a prefix, then its own token
+        history += draft[:keep] + [int(rng.integers(3, 300))]
+    incremental.close()
+
+
+def test_draft_model_p_min_and_n_min(target_model, draft_path):
+    certain = draft_model(target_model, draft_path, p_min=1.0)
+    assert drafted(certain, target_model.vocab.tokenize("hello")) == []     # nothing is that sure
+    certain.close()
+    greedy = draft_model(target_model, draft_path, p_min=0.0, n_max=5)
+    assert len(drafted(greedy, target_model.vocab.tokenize("hello"))) == 5
+    greedy.close()
+    picky = draft_model(target_model, draft_path, p_min=0.0, n_max=3, n_min=4)
+    assert drafted(picky, target_model.vocab.tokenize("hello")) == []       # shorter than n_min: dropped
+    picky.close()

@@ -1,0 +1,183 @@
+"""The decoding loop on a synthetic float32 model: speculation must not change the output."""
+
+import sys
+import textwrap
+
+import pytest
+
+from specframe.engine import Engine
+from specframe.lossless import compare
+
+PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
+
+DRAFTERS = {
+    "prompt-lookup": '[[drafter]]\ntype = "prompt-lookup"\n',
+    "ngram-simple": '[[drafter]]\ntype = "ngram-simple"\nn = 2\nm = 8\n',
+    "draft-model": '[[drafter]]\ntype = "draft-model"\nmodel = "{draft}"\np_min = 0.2\n',
+    "cycle (example plugin)": '[[drafter]]\ntype = "cycle"\n',
+    "whole chain": ('[[drafter]]\ntype = "draft-model"\nmodel = "{draft}"\np_min = 0.2\n'
+                    '[[drafter]]\ntype = "ngram-simple"\nn = 2\nm = 8\n'
+                    '[[drafter]]\ntype = "prompt-lookup"\n'),
+}
+
+
+@pytest.fixture
+def engine_for(write_config, target_path, draft_path):
+    engines = []
+
+    def make(drafters: str = "", extra: str = "", n_ctx: int = 1024, max_tokens: int = 200) -> Engine:
+        config = write_config(f"""
+            [target]
+            model = "{target_path}"
+            n_ctx = {n_ctx}
+            [generation]
+            max_tokens = {max_tokens}
+            """ + extra + "\n" + drafters.format(draft=draft_path))
+        engine = Engine.from_config(config)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+@pytest.mark.parametrize("drafters", DRAFTERS.values(), ids=DRAFTERS.keys())
+def test_speculative_greedy_output_is_plain_greedy_output(engine_for, drafters):
+    engine = engine_for(drafters)
+    plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True)
+    spec = engine.generate(PROMPT, raw=True)
+    verdict = compare(plain, spec)
+    assert verdict.identical, str(verdict)        # float32 synthetic model: exactly the same
+    assert spec.text == plain.text
+    stats = spec.stats
+    assert stats.n_accepted > 0, "no draft was accepted: the test would not exercise acceptance"
+    assert stats.n_accepted < stats.n_drafted, "no draft was rejected: the test would not exercise rollback"
+    assert stats.n_target_passes < plain.stats.n_target_passes
+    assert stats.n_generated == len(spec.tokens) == 200
+    assert sum(d["accepted_tokens"] for d in stats.drafters.values()) == stats.n_accepted
+
+
+def test_sample_and_match_reproduces_plain_sampling_with_the_same_seed(engine_for):
+    engine = engine_for(DRAFTERS["whole chain"])
+    for seed in (1, 2):
+        plain = engine.generate(PROMPT, speculative=False, raw=True, temperature=0.9, seed=seed)
+        spec = engine.generate(PROMPT, raw=True, temperature=0.9, seed=seed)
+        assert spec.tokens == plain.tokens
+        assert spec.stats.n_accepted > 0
+    other = engine.generate(PROMPT, speculative=False, raw=True, temperature=0.9, seed=3)
+    assert other.tokens != plain.tokens
+
+
+def test_streamed_pieces_make_the_text_and_keep_utf8_whole(engine_for):
+    engine = engine_for(DRAFTERS["prompt-lookup"])
+    generation = engine.stream(PROMPT, raw=True)
+    pieces = list(generation)
+    result = generation.result
+    assert "".join(pieces) == result.text
+    # The synthetic model emits byte tokens: characters split across tokens come out whole or as U+FFFD.
+    raw = b"".join(engine.vocab.piece(t) for t in result.tokens)
+    assert result.text == raw.decode("utf-8", "replace")
+
+
+def test_stop_strings_cut_the_text_before_them(engine_for):
+    engine = engine_for(DRAFTERS["whole chain"])
+    plain = engine.generate(PROMPT, speculative=False, raw=True)
+    stop = plain.text[60:64]
+    cut = plain.text.index(stop)
+    generation = engine.stream(PROMPT, raw=True, stop=[stop])
+    streamed = "".join(generation)
+    result = generation.result
+    assert result.stop_reason == "stop"
+    assert result.text == streamed == plain.text[:cut]
+
+
+def test_max_tokens_is_exact_even_with_long_drafts(engine_for):
+    engine = engine_for(DRAFTERS["whole chain"])
+    for n in (1, 2, 7, 33):
+        result = engine.generate(PROMPT, raw=True, max_tokens=n)
+        assert len(result.tokens) == n and result.stop_reason == "max_tokens"
+
+
+def test_a_full_context_stops_generation_with_a_reason(engine_for):
+    engine = engine_for(DRAFTERS["whole chain"], n_ctx=256, max_tokens=1000)
+    result = engine.generate(PROMPT, raw=True)
+    assert result.stop_reason == "context_full"
+    # Every position is used; the last token is chosen from the last position's logits and needs no slot.
+    assert result.n_prompt_tokens + len(result.tokens) == engine.context.n_ctx + 1
+    plain = engine.generate(PROMPT, raw=True, speculative=False)
+    assert plain.tokens == result.tokens
+
+
+def test_a_prompt_longer_than_the_context_is_refused(engine_for):
+    from specframe.llama import ContextFullError
+
+    engine = engine_for(n_ctx=256)
+    with pytest.raises(ContextFullError, match="n_ctx"):
+        engine.generate("word " * 400, raw=True)
+
+
+def test_interrupting_keeps_the_text_so_far(engine_for):
+    engine = engine_for(DRAFTERS["prompt-lookup"])
+    plain = engine.generate(PROMPT, raw=True)
+    generation = engine.stream(PROMPT, raw=True)
+    iterator = iter(generation)
+    first = next(iterator) + next(iterator)
+    result = generation.interrupt()
+    assert result.stop_reason == "interrupted"
+    assert result.text.startswith(first) and plain.text.startswith(result.text)
+    assert 0 < len(result.tokens) < len(plain.tokens)
+
+
+def test_chat_template_wraps_the_prompt_unless_raw(engine_for):
+    engine = engine_for()
+    templated = engine.prompt_tokens("hello")
+    raw = engine.prompt_tokens("hello", raw=True)
+    assert len(templated) > len(raw)
+    assert engine.vocab.detokenize(templated).count("im_start") == 2
+
+
+FAULTY_PLUGIN = '''
+from dataclasses import dataclass
+import numpy as np
+from specframe import Draft, Drafter, hookimpl, param
+
+@dataclass(frozen=True)
+class Params:
+    mode: str = param("raise", choices=("raise", "bad-ids", "wrong-type"))
+
+class Faulty(Drafter):
+    name = "faulty"
+    Params = Params
+    calls = 0
+
+    def draft(self, history, n_max):
+        self.calls += 1
+        if self.calls < 3:
+            return Draft.of(history[-2:])          # harmless drafts first
+        if self.params.mode == "raise":
+            raise RuntimeError("boom")
+        if self.params.mode == "bad-ids":
+            return Draft.of([10**9, -5])
+        return [1, 2, 3]
+
+@hookimpl
+def register_drafters(register):
+    register(Faulty)
+'''
+
+
+@pytest.mark.parametrize("mode", ["raise", "bad-ids", "wrong-type"])
+def test_a_faulty_drafter_is_set_aside_and_output_stays_correct(engine_for, tmp_path, monkeypatch, mode, caplog):
+    (tmp_path / "faulty_plugin.py").write_text(textwrap.dedent(FAULTY_PLUGIN))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    engine = engine_for(f'[[drafter]]\ntype = "faulty"\nmode = "{mode}"\n' + DRAFTERS["prompt-lookup"],
+                        extra='[plugins]\nmodules = ["faulty_plugin"]\n')
+    plain = engine.generate(PROMPT, speculative=False, raw=True)
+    spec = engine.generate(PROMPT, raw=True)
+    assert spec.tokens == plain.tokens
+    faulty = spec.stats.drafters["faulty"]
+    assert "disabled" in faulty and faulty["calls"] == 3
+    assert spec.stats.drafters["prompt-lookup"]["accepted_tokens"] > 0   # the rest of the chain carries on
+    assert any("faulty" in r.getMessage() and "set aside" in r.getMessage() for r in caplog.records)
+    sys.modules.pop("faulty_plugin", None)

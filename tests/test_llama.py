@@ -1,0 +1,120 @@
+"""The binding and wrappers on a real (synthetic) model: tokenizer, decoding, KV rollback, errors."""
+
+import numpy as np
+import pytest
+
+from specframe.errors import ModelError
+from specframe.llama import Context, ContextFullError, Model
+from specframe.synthetic import write_synthetic_model
+
+
+@pytest.fixture(scope="module")
+def model(target_path):
+    with Model(target_path) as m:
+        yield m
+
+
+def test_tokenize_roundtrip_with_multibyte_text(model):
+    text = "hello world, naïve café — 東京 🎉"
+    tokens = model.vocab.tokenize(text)
+    assert tokens.dtype == np.int32 and tokens[0] == model.vocab.bos
+    assert model.vocab.detokenize(tokens, remove_special=True) in (text, " " + text)  # SPM's prefix space
+    # Pieces carry SentencePiece's space prefix; byte tokens split the multi-byte characters.
+    pieces = [model.vocab.piece(int(t)) for t in tokens[1:]]
+    assert any(len(p) == 1 and p[0] >= 0x80 for p in pieces)
+    assert b"".join(pieces).decode() == " " + text
+
+
+def test_bos_is_added_when_the_model_asks(model):
+    vocab = model.vocab
+    assert vocab.add_bos and vocab.tokenize("hi")[0] == vocab.bos
+    assert vocab.tokenize("hi", add_special=False)[0] != vocab.bos
+    assert vocab.is_eog(vocab.eos) and not vocab.is_eog(vocab.tokenize("a", add_special=False)[0])
+
+
+def test_chat_template_is_applied(model):
+    text = model.apply_chat_template([("user", "hi there")])
+    assert text == "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_decode_returns_logits_for_every_position(model):
+    with Context(model, n_ctx=64, n_batch=16) as ctx:
+        tokens = model.vocab.tokenize("the cat sat")
+        logits = ctx.decode(tokens, 0, all_logits=True)
+        assert logits.shape == (len(tokens), model.vocab.n_tokens)
+        assert logits.dtype == np.float32 and np.isfinite(logits).all()
+        assert ctx.n_past == len(tokens)
+
+
+def test_long_input_is_split_into_batches(model):
+    tokens = model.vocab.tokenize("abc def ghi " * 20)
+    assert len(tokens) > 16
+    with Context(model, n_ctx=256, n_batch=16) as chunked, Context(model, n_ctx=256, n_batch=256) as whole:
+        split = chunked.decode(tokens, 0).copy()
+        at_once = whole.decode(tokens, 0)
+        # Different batch shapes take different CPU kernels: equal up to rounding, same choice.
+        np.testing.assert_allclose(split, at_once, atol=0.05)
+        assert split.argmax() == at_once.argmax()
+
+
+def test_rollback_leaves_the_context_as_if_only_accepted_tokens_were_decoded(model):
+    """Decode a prefix and a rejected draft, roll back, continue: logits equal a context that never saw it."""
+    prefix = model.vocab.tokenize("speculative decoding keeps")
+    rejected = model.vocab.tokenize(" something wrong here", add_special=False)
+    accepted = model.vocab.tokenize(" the output", add_special=False)
+    with Context(model, n_ctx=128) as spec, Context(model, n_ctx=128) as plain:
+        spec.decode(prefix, 0)
+        spec.decode(np.concatenate([accepted[:2], rejected]), len(prefix), all_logits=True)
+        spec.truncate(len(prefix) + 2)
+        assert spec.n_past == len(prefix) + 2
+        got = spec.decode(accepted[2:], len(prefix) + 2, all_logits=True).copy()
+        plain.decode(np.concatenate([prefix, accepted[:2]]), 0)
+        want = plain.decode(accepted[2:], len(prefix) + 2, all_logits=True)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_bad_token_ids_raise_instead_of_crashing(model):
+    with Context(model, n_ctx=32) as ctx:
+        with pytest.raises(ValueError, match="token ids"):
+            ctx.decode([model.vocab.n_tokens], 0)
+        with pytest.raises(ValueError, match="token ids"):
+            ctx.decode([-1], 0)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.vocab.piece(10**9)
+
+
+def test_context_full_is_reported(model):
+    with Context(model, n_ctx=32) as ctx:   # llama.cpp rounds n_ctx up (to 256 here)
+        with pytest.raises(ContextFullError, match=f"n_ctx={ctx.n_ctx}"):
+            ctx.decode(np.full(ctx.n_ctx + 1, 5, dtype=np.int32), 0)
+        ctx.decode(np.full(ctx.n_ctx - 1, 5, dtype=np.int32), 0)
+        with pytest.raises(ContextFullError):
+            ctx.decode([5, 5], ctx.n_ctx - 1)
+
+
+def test_missing_and_invalid_model_files_give_clear_errors(tmp_path):
+    with pytest.raises(ModelError, match="not found"):
+        Model(tmp_path / "nope.gguf")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ModelError, match="could not load"):
+        Model(junk)
+
+
+def test_closing_a_model_closes_its_contexts_first(target_path):
+    model = Model(target_path)
+    ctx = Context(model, n_ctx=32)
+    model.close()
+    with pytest.raises(Exception, match="closed"):
+        ctx.decode([5], 0)
+    ctx.close()
+    model.close()   # idempotent
+
+
+def test_vocab_compatibility_follows_llama_cpp(model, draft_path, tmp_path):
+    with Model(draft_path, vocab_only=True) as same:
+        assert model.vocab.incompatibility(same.vocab) is None
+    from specframe.synthetic import SyntheticShape
+    other = write_synthetic_model(tmp_path / "other.gguf", shape=SyntheticShape(n_layer=1))
+    with Model(other, vocab_only=True) as m:
+        assert model.vocab.incompatibility(m.vocab) is None   # weights differ, vocabulary does not

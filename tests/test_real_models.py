@@ -1,0 +1,95 @@
+"""End to end on real GGUF models from MODELS.md (fetched once, sha256-checked, cached outside the clone)."""
+
+import json
+import pathlib
+
+import pytest
+from click.testing import CliRunner
+
+from specframe.cli import main
+from specframe.engine import Engine
+from specframe.errors import ModelError
+from specframe.lossless import compare
+
+pytestmark = pytest.mark.real_model
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+CODE_EDIT = '''Rename the function `area` to `rectangle_area` and add type hints. Reply with the whole code only.
+
+```python
+def area(width, height):
+    """Area of a rectangle."""
+    if width < 0 or height < 0:
+        raise ValueError("negative size")
+    return width * height
+
+
+def total_area(shapes):
+    return sum(area(w, h) for w, h in shapes)
+```'''
+CODE_GEN = "Write a Python function that checks whether a number is prime."
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    config = tmp_path_factory.mktemp("qwen") / "config.toml"
+    config.write_text((REPO / "config.example.toml").read_text())
+    with Engine.from_config(config) as engine:
+        yield engine
+
+
+@pytest.mark.parametrize("prompt", [CODE_EDIT, CODE_GEN], ids=["code-editing", "code-generation"])
+def test_qwen_pair_speculative_greedy_matches_plain_up_to_near_ties(qwen, prompt):
+    plain = qwen.generate(prompt, speculative=False, max_tokens=96, track_margins=True)
+    spec = qwen.generate(prompt, max_tokens=96)
+    verdict = compare(plain, spec)
+    assert verdict.ok, str(verdict)
+    assert spec.stats.n_accepted > 0 and spec.stats.tokens_per_pass > 1.5
+    assert set(spec.stats.drafters) == {"prompt-lookup", "draft-model"}
+    if prompt is CODE_EDIT:
+        assert "def rectangle_area(" in (spec.text if verdict.identical else plain.text)
+
+
+def test_qwen_answers_the_example_prompt_from_the_cli():
+    result = CliRunner().invoke(main, ["run", "--config", str(REPO / "config.example.toml"), "--prompt", CODE_GEN,
+                                       "--max-tokens", "48", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert "def " in data["text"] and "prime" in data["text"].lower()
+    assert data["stats"]["n_accepted"] > 0
+
+
+def test_a_draft_model_with_another_vocabulary_is_refused(write_config):
+    config = write_config("""
+        [target]
+        model = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+        n_ctx = 512
+        [[drafter]]
+        type = "draft-model"
+        model = "smollm2-135m-instruct-q4_1"
+        """)
+    with Engine.from_config(config) as engine, pytest.raises(ModelError, match="needs the target's vocabulary"):
+        engine.generate("hi", max_tokens=4)
+
+
+def test_smollm_stops_at_end_of_generation_and_drafts_repetition(write_config):
+    config = write_config("""
+        [target]
+        model = "smollm2-135m-instruct-q4_1"
+        n_ctx = 1024
+        [[drafter]]
+        type = "prompt-lookup"
+        [[drafter]]
+        type = "ngram-simple"
+        n = 2
+        m = 8
+        """)
+    with Engine.from_config(config) as engine:
+        short = engine.generate("What is the capital of France? Answer in one word.", max_tokens=64)
+        assert short.stop_reason == "eog" and "Paris" in short.text
+        assert engine.vocab.eos not in short.tokens
+        plain = engine.generate("Repeat exactly: alpha beta gamma delta", max_tokens=80, speculative=False,
+                                track_margins=True)
+        spec = engine.generate("Repeat exactly: alpha beta gamma delta", max_tokens=80)
+        assert compare(plain, spec).ok
+        assert spec.stats.acceptance_rate > 0.3
