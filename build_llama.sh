@@ -2,6 +2,7 @@
 # Build libllama (pinned llama.cpp 0c1e570) and specframe's cffi binding against that exact llama.h.
 #
 #   ./build_llama.sh [--cpu | --cuda | --metal] [--prefix DIR] [--jobs N] [--force] [--no-smoke-test]
+#                    [--configure-only]
 #
 # Source: $LLAMA_CPP_DIR when set (a llama.cpp checkout at the pinned commit), otherwise the llama.cpp that the
 # PyPI sdist llama-cpp-python==0.3.36 vendors, checked against its sha256.
@@ -27,6 +28,7 @@ PREFIX=""
 JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 FORCE=0
 SMOKE=1
+CONFIGURE_ONLY=0
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -37,8 +39,9 @@ while [ $# -gt 0 ]; do
         --jobs) JOBS=${2:?--jobs needs a number}; shift ;;
         --force) FORCE=1 ;;
         --no-smoke-test) SMOKE=0 ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown option '$1' (expected --cpu, --cuda, --metal, --prefix DIR, --jobs N, --force, --no-smoke-test)" ;;
+        --configure-only) CONFIGURE_ONLY=1 ;;
+        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown option '$1' (expected --cpu, --cuda, --metal, --prefix DIR, --jobs N, --force, --no-smoke-test, --configure-only)" ;;
     esac
     shift
 done
@@ -163,6 +166,17 @@ mkdir -p "$PREFIX"
 PREFIX=$(cd "$PREFIX" && pwd)
 
 # --- libllama --------------------------------------------------------------------------------------------------
+if [ "$CONFIGURE_ONLY" = 1 ]; then
+    # Check that this backend configures on this machine (e.g. CUDA where no GPU is at hand), build nothing.
+    BUILD_DIR=$(mktemp -d)
+    cmake -S "$SRC_DIR" -B "$BUILD_DIR" "${CMAKE_ARGS[@]}" -DCMAKE_INSTALL_PREFIX="$PREFIX" > "$BUILD_DIR/configure.log" 2>&1 \
+        || { tail -30 "$BUILD_DIR/configure.log" >&2; die "cmake configure failed ($BACKEND); log: $BUILD_DIR/configure.log"; }
+    grep -iE "cuda|cublas|metal|including" "$BUILD_DIR/configure.log" | sed 's/^/[build_llama]   /' >&2 || true
+    rm -rf "$BUILD_DIR"
+    rmdir "$PREFIX" 2>/dev/null || true
+    say "configure-only: the $BACKEND build configures"
+    exit 0
+fi
 if [ "$FORCE" = 1 ] || [ ! -f "$PREFIX/.complete" ] || [ "$(cat "$PREFIX/.complete")" != "$KEY" ]; then
     BUILD_DIR="$CACHE_DIR/build/$BACKEND-$KEY"
     say "building libllama ($BACKEND) from $SRC_DIR into $PREFIX (a few minutes)"

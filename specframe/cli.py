@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import sys
@@ -80,19 +79,7 @@ def plugins(as_json, modules):
     """List every registered drafter type with its plugin, package and parameters."""
     from specframe.plugins import load_plugins
 
-    types = load_plugins(modules).drafter_types()
-    listing = []
-    for name, kind in types.items():
-        params = []
-        for f in dataclasses.fields(kind.cls.Params):
-            default = (f.default if f.default is not dataclasses.MISSING else
-                       f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-            params.append({"name": f.name, "type": getattr(f.type, "__name__", str(f.type)),
-                           "default": default, "required": default is None and f.default is dataclasses.MISSING,
-                           "help": f.metadata.get("help", "")})
-        listing.append({"type": name, "plugin": kind.plugin, "package": kind.package,
-                        "uses_model": kind.cls.uses_model, "doc": (kind.cls.__doc__ or "").strip().split("\n")[0],
-                        "parameters": params})
+    listing = [kind.describe() for kind in load_plugins(modules).drafter_types().values()]
     if as_json:
         click.echo(json.dumps(listing, indent=2))
         return

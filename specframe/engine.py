@@ -76,6 +76,7 @@ class GenerationResult:
     stats: RequestStats
     # With track_margins: the top-2 logit gap of the target at each generated token, in the batch that chose it.
     margins: list[float] | None = None
+    prompt: np.ndarray | None = None   # the prompt's token ids
 
     def as_dict(self) -> dict:
         data = {"text": self.text, "tokens": self.tokens, "n_prompt_tokens": self.n_prompt_tokens,
@@ -140,8 +141,10 @@ class Engine:
 
     def stream(self, prompt: str | Sequence[int], *, max_tokens: int | None = None,
                temperature: float | None = None, seed: int | None = None, speculative: bool = True,
-               raw: bool = False, stop: Sequence[str] | None = None, track_margins: bool = False) -> Generation:
-        """Start a request. ``prompt`` is text (chat-templated unless ``raw``) or token ids (used as they are)."""
+               raw: bool = False, stop: Sequence[str] | None = None, track_margins: bool = False,
+               drafters: Sequence[str] | None = None) -> Generation:
+        """Start a request. ``prompt`` is text (chat-templated unless ``raw``) or token ids (used as they are).
+        ``drafters`` names the configured drafters to use for this request, in their chain order (default: all)."""
         gen_cfg = self.config.generation
         sampling = self.config.sampling
         if temperature is not None:
@@ -152,13 +155,17 @@ class Engine:
                   else np.asarray(prompt, dtype=np.int32))
         if tokens.size == 0:
             raise SpecframeError("the prompt is empty")
-        chain = self.chain() if speculative and self.config.speculative.enabled else None
+        chain = self.chain(drafters) if speculative and self.config.speculative.enabled else None
         stops = list(gen_cfg.stop if stop is None else stop)
         return Generation(lambda generation: self._run(generation, tokens, max_tokens or gen_cfg.max_tokens,
                                                        TokenSampler(sampling), chain, stops, track_margins))
 
-    def chain(self) -> DrafterChain | None:
-        """The configured drafters, created on first use (a plain run never loads a draft model)."""
+    def chain(self, names: Sequence[str] | None = None) -> DrafterChain | None:
+        """The configured drafters (or those named), created on first use: a plain run never loads a draft model."""
+        if names is not None:
+            unknown = set(names) - {d.name for d in self.config.drafters}
+            if unknown:
+                raise SpecframeError(f"no drafter named {', '.join(sorted(unknown))} in {self.config.path}")
         if self._chain is None and self.config.drafters:
             types = self.plugins.drafter_types()
             env = DrafterEnv(target=self.model, n_ctx=self.context.n_ctx, n_threads=self.n_threads,
@@ -176,8 +183,11 @@ class Engine:
                                 drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
                     continue
                 entries.append(ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats()))
-            self._chain = DrafterChain(entries, self.vocab.n_tokens)
-        return self._chain
+            self._chain = DrafterChain(entries, self.vocab.n_tokens, self.config.speculative.n_min)
+        if names is None or self._chain is None:
+            return self._chain
+        return DrafterChain([e for e in self._chain.entries if e.label in names], self.vocab.n_tokens,
+                            self.config.speculative.n_min)
 
     def _run(self, generation: Generation, prompt: np.ndarray, max_tokens: int, sampler: TokenSampler,
              chain: DrafterChain | None, stops: list[str], track_margins: bool) -> Iterator[str]:
@@ -194,7 +204,7 @@ class Engine:
         margins: list[float] | None = [] if track_margins else None
         text = TextStream(stops)
         pieces: list[str] = []
-        stop_reason = "max_tokens"
+        stop_reason = None
         n_max_config = self.config.speculative.n_max
         if chain is not None:
             for entry in chain.entries:
@@ -210,7 +220,7 @@ class Engine:
         stats.prompt_seconds = time.perf_counter() - start
         start = time.perf_counter()
         try:
-            while True:
+            while stop_reason is None:
                 last = history[n_history - 1]
                 n_max = min(n_max_config, max_tokens - len(generated) - 1, n_ctx - n_past - 1)
                 draft = chain.draft(history[:n_history], n_max) if chain is not None else NO_DRAFT
@@ -245,13 +255,10 @@ class Engine:
                         yield piece
                     if text.stopped:
                         stop_reason = "stop"
-                        break
-                    if len(generated) >= max_tokens:
+                    elif len(generated) >= max_tokens:
                         stop_reason = "max_tokens"
+                    if stop_reason:
                         break
-                else:
-                    continue
-                break
         except (KeyboardInterrupt, GeneratorExit):
             stop_reason = "interrupted"
         except ContextFullError:
@@ -266,7 +273,7 @@ class Engine:
             if stop_reason == "context_full":
                 log.warning("the context is full (n_ctx=%d): generation stopped; raise [target] n_ctx", n_ctx)
             generation.result = GenerationResult("".join(pieces), generated, int(prompt.size), stop_reason,
-                                                 stats, margins)
+                                                 stats, margins, prompt)
         if tail and stop_reason != "interrupted":
             yield tail
 

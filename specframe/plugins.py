@@ -46,11 +46,18 @@ class DrafterType:
     def name(self) -> str:
         return self.cls.name
 
-    def parameters(self) -> list[tuple[str, str, object]]:
-        """(name, type, default) of each configuration key; the default is MISSING for required keys."""
-        return [(f.name, _type_name(f.type), f.default if f.default is not dataclasses.MISSING else
-                 (f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING))
-                for f in dataclasses.fields(self.cls.Params)]
+    def describe(self) -> dict:
+        """The drafter type as ``specframe plugins`` lists it: origin, summary and each config key."""
+        params = []
+        for f in dataclasses.fields(self.cls.Params):
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            default = (None if required else f.default if f.default is not dataclasses.MISSING
+                       else f.default_factory())
+            params.append({"name": f.name, "type": _type_name(f.type), "default": default, "required": required,
+                           "help": f.metadata.get("help", "")})
+        return {"type": self.name, "plugin": self.plugin, "package": self.package,
+                "uses_model": self.cls.uses_model, "doc": (self.cls.__doc__ or "").strip().split("\n")[0],
+                "parameters": params}
 
 
 def _type_name(annotation) -> str:

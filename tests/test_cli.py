@@ -83,3 +83,16 @@ def test_models_list_and_unknown_names():
     assert {m["name"] for m in listing} >= {"qwen2.5-coder-1.5b-instruct-q4_k_m", "smollm2-135m-instruct-q4_1"}
     result = run("models", "path", "no-such-model")
     assert result.exit_code == 1 and "unknown model 'no-such-model'; catalog models:" in result.stderr
+
+
+def test_a_missing_library_is_one_line_that_says_how_to_build_it(config, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SPECFRAME_LLAMA_PREFIX=str(tmp_path / "no-build"))
+    result = subprocess.run([sys.executable, "-m", "specframe.cli", "run", "-c", str(config), "-p", "hi"],
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "./build_llama.sh" in result.stderr
+    assert result.stderr.startswith("Error: no specframe binding")

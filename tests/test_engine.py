@@ -181,3 +181,32 @@ def test_a_faulty_drafter_is_set_aside_and_output_stays_correct(engine_for, tmp_
     assert spec.stats.drafters["prompt-lookup"]["accepted_tokens"] > 0   # the rest of the chain carries on
     assert any("faulty" in r.getMessage() and "set aside" in r.getMessage() for r in caplog.records)
     sys.modules.pop("faulty_plugin", None)
+
+
+def test_requests_can_use_a_subset_of_the_drafters(engine_for):
+    engine = engine_for(DRAFTERS["whole chain"])
+    only = engine.generate(PROMPT, raw=True, drafters=["prompt-lookup"])
+    assert set(only.stats.drafters) == {"prompt-lookup"} and only.stats.n_accepted > 0
+    with pytest.raises(Exception, match="no drafter named nope"):
+        engine.generate(PROMPT, raw=True, drafters=["nope"])
+
+
+def test_speculative_n_min_passes_short_drafts_over(engine_for):
+    engine = engine_for('[[drafter]]\ntype = "prompt-lookup"\nnum_pred = 3\n', extra="[speculative]\nn_min = 4\n")
+    result = engine.generate(PROMPT, raw=True)
+    assert result.stats.n_drafted == 0 and result.stats.drafters["prompt-lookup"]["calls"] > 0
+
+
+def test_the_lossless_check_tells_a_real_difference_from_batching(engine_for):
+    import dataclasses
+
+    engine = engine_for()
+    plain = engine.generate(PROMPT, speculative=False, raw=True, max_tokens=30, track_margins=True)
+    assert compare(plain, plain, engine).identical
+    # A token changed where the target was sure: neither a near-tie nor reproducible by batching.
+    index = max(range(5, 30), key=lambda i: plain.margins[i])
+    wrong = (plain.tokens[index] + 1) % engine.vocab.n_tokens
+    forged = dataclasses.replace(plain, tokens=plain.tokens[:index] + [wrong] + plain.tokens[index + 1:])
+    verdict = compare(plain, forged, engine)
+    assert verdict.diverged_at == index and not verdict.ok
+    assert "real difference" in str(verdict)

@@ -15,7 +15,8 @@ def test_builtin_drafters_are_registered_through_the_hook():
 def test_the_example_plugin_is_discovered_through_its_entry_point():
     cycle = load_plugins().drafter_types()["cycle"]
     assert cycle.package == "specframe-cycle" and cycle.plugin == "cycle"
-    assert [p[0] for p in cycle.parameters()] == ["max_period", "min_repeats"]
+    params = cycle.describe()["parameters"]
+    assert [(p["name"], p["default"]) for p in params] == [("max_period", 16), ("min_repeats", 2)]
 
 
 def test_load_plugins_env_pins_the_installed_set(monkeypatch):

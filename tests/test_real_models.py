@@ -42,7 +42,7 @@ def qwen(tmp_path_factory):
 def test_qwen_pair_speculative_greedy_matches_plain_up_to_near_ties(qwen, prompt):
     plain = qwen.generate(prompt, speculative=False, max_tokens=96, track_margins=True)
     spec = qwen.generate(prompt, max_tokens=96)
-    verdict = compare(plain, spec)
+    verdict = compare(plain, spec, qwen)
     assert verdict.ok, str(verdict)
     assert spec.stats.n_accepted > 0 and spec.stats.tokens_per_pass > 1.5
     assert set(spec.stats.drafters) == {"prompt-lookup", "draft-model"}
@@ -91,5 +91,5 @@ def test_smollm_stops_at_end_of_generation_and_drafts_repetition(write_config):
         plain = engine.generate("Repeat exactly: alpha beta gamma delta", max_tokens=80, speculative=False,
                                 track_margins=True)
         spec = engine.generate("Repeat exactly: alpha beta gamma delta", max_tokens=80)
-        assert compare(plain, spec).ok
+        assert compare(plain, spec, engine).ok
         assert spec.stats.acceptance_rate > 0.3

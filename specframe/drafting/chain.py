@@ -45,9 +45,12 @@ class ChainEntry:
 
 
 class DrafterChain:
-    def __init__(self, entries: list[ChainEntry], n_vocab: int):
+    """Drafters in priority order; drafts shorter than ``n_min`` are passed over for the next drafter's."""
+
+    def __init__(self, entries: list[ChainEntry], n_vocab: int, n_min: int = 0):
         self.entries = entries
         self.n_vocab = n_vocab
+        self.n_min = max(1, n_min)
         self._winner: ChainEntry | None = None
 
     def begin(self, prompt: np.ndarray) -> None:
@@ -69,7 +72,7 @@ class DrafterChain:
             if result is None:
                 continue
             draft = self._validated(entry, result, n_max)
-            if draft is not None and len(draft):
+            if draft is not None and len(draft) >= self.n_min:
                 entry.stats.drafts += 1
                 entry.stats.drafted_tokens += len(draft)
                 self._winner = entry
