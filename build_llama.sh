@@ -133,8 +133,27 @@ case "$BACKEND" in
     metal) CMAKE_ARGS+=(-DGGML_METAL=ON -DGGML_METAL_EMBED_LIBRARY=ON) ;;
     cuda)
         command -v nvcc >/dev/null || die "--cuda needs nvcc (the CUDA toolkit) on PATH"
-        cuda_root=$(cd "$(dirname "$(command -v nvcc)")/.." && pwd)
-        CMAKE_ARGS+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES:-native}")
+        # The toolkit's real location (nvcc on PATH may be a wrapper script); CUDA_HOME wins when set.
+        cuda_root=${CUDA_HOME:-$(cd /tmp && nvcc -dryrun --version 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)}
+        [ -n "$cuda_root" ] || cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+        cuda_root=$(cd "$cuda_root" && pwd)
+        cuda_arch=${CMAKE_CUDA_ARCHITECTURES:-}
+        if [ -z "$cuda_arch" ]; then
+            if nvidia-smi -L >/dev/null 2>&1; then
+                cuda_arch=native
+            else   # no GPU to ask: cover Turing to Hopper
+                cuda_arch="75;80;86;89;90"
+                say "no GPU visible: building for CUDA architectures $cuda_arch (set CMAKE_CUDA_ARCHITECTURES to choose)"
+            fi
+        fi
+        CMAKE_ARGS+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cuda_arch"
+                     "-DCUDAToolkit_ROOT=$cuda_root" "-DCMAKE_CUDA_COMPILER=$cuda_root/bin/nvcc")
+        if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so' && ! ls "$cuda_root"/lib64/stubs/libcuda.so* \
+                "$cuda_root"/targets/*/lib/stubs/libcuda.so* >/dev/null 2>&1; then
+            # No driver library here (building for a GPU elsewhere): ggml's VMM pool links libcuda directly.
+            say "no libcuda.so (NVIDIA driver) on this machine: building without CUDA VMM (GGML_CUDA_NO_VMM=ON)"
+            CMAKE_ARGS+=(-DGGML_CUDA_NO_VMM=ON)
+        fi
         if ! ls "$cuda_root"/lib64/libcublas.so* "$cuda_root"/lib/libcublas.so* "$cuda_root"/targets/*/lib/libcublas.so* >/dev/null 2>&1; then
             # Some toolkits ship without cuBLAS; NVIDIA publishes it on PyPI.
             cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
