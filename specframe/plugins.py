@@ -29,6 +29,8 @@ ENTRY_POINT_GROUP = "specframe"
 BUILTIN_PLUGINS = (
     "specframe.drafters.prompt_lookup",
     "specframe.drafters.ngram_simple",
+    "specframe.drafters.ngram_map",
+    "specframe.drafters.ngram_mod",
     "specframe.drafters.draft_model",
 )
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")

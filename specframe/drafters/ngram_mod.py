@@ -1,0 +1,141 @@
+"""ngram-mod: llama.cpp's common_ngram_mod (common/ngram-mod.cpp and its speculative wrapper at 0c1e570).
+
+A fixed pool of int32 slots (4 Mi by default: 16 MiB), indexed by a 64-bit polynomial (LCG) hash of
+``n_match`` tokens modulo the pool size, holds the token that last followed that n-gram. Drafting chains
+lookups: the last ``n_match`` tokens give the next token, which shifts into the window, up to ``n_max``
+tokens; a chain that ends before ``n_min`` tokens drafts nothing. The pool is shared across requests on
+purpose (it learns what the user's sessions repeat): ``begin`` adds the prompt, and empties the pool first if it
+is more than 25 % full; history is added in chunks of 32 tokens; five consecutive drafts with less than a quarter
+of their tokens accepted empty the pool too.
+
+Deliberate difference: llama.cpp measures that acceptance fraction against the whole chain, before the caller
+cuts the draft to its n_max, so with a chain of 64 and n_max 16 even fully accepted drafts score 0.25 at most and
+the pool is wiped every five drafts. Here the fraction is of the tokens actually drafted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specframe.drafting import NO_DRAFT, Draft, Drafter
+from specframe.hookspecs import hookimpl
+from specframe.params import param
+
+_MULTIPLIER = 6364136223846793005   # llama.cpp's LCG multiplier; arithmetic modulo 2**64
+_MASK = (1 << 64) - 1
+_EMPTY = -1
+_CHUNK = 32
+_RESET_FILL = 0.25
+_LOW_ACCEPTANCE = 0.25
+_LOW_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class NgramModParams:
+    n_match: int = param(24, min=1, help="n-gram length hashed to find the next token")
+    n_min: int = param(48, min=0, help="chains shorter than this draft nothing")
+    n_max: int = param(64, min=1, help="longest chain")
+    pool_size: int = param(4 * 1024 * 1024, min=1024, help="slots in the pool (int32 each)")
+
+
+class NgramModDrafter(Drafter):
+    name = "ngram-mod"
+    Params = NgramModParams
+
+    def __init__(self, params: NgramModParams, env):
+        super().__init__(params, env)
+        self.pool = np.full(params.pool_size, _EMPTY, dtype=np.int32)
+        self.used = 0
+        self._added_until = 0       # history positions before this start n-grams already in the pool
+        self._drafted = 0           # tokens in the last draft
+        self._low_rounds = 0
+        self._lead = pow(_MULTIPLIER, params.n_match - 1, 1 << 64)   # weight of a window's first token
+
+    # --- the pool ------------------------------------------------------------------------------------------
+
+    def _slots(self, tokens: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Pool slots of the n-grams starting at ``starts`` (vectorised polynomial hash, wrapping at 2**64)."""
+        h = np.zeros(len(starts), dtype=np.uint64)
+        multiplier = np.uint64(_MULTIPLIER)
+        for i in range(self.params.n_match):
+            h = h * multiplier + tokens[starts + i].astype(np.uint64)
+        return (h % np.uint64(self.params.pool_size)).astype(np.int64)
+
+    def _add(self, tokens: np.ndarray, start: int, stop: int) -> None:
+        """Record the token following each n-gram that starts in [start, stop), later ones overwriting."""
+        if stop <= start:
+            return
+        starts = np.arange(start, stop)
+        slots = self._slots(tokens, starts)
+        following = tokens[starts + self.params.n_match]
+        last = len(slots) - 1 - np.unique(slots[::-1], return_index=True)[1]   # the last write to each slot
+        slots, following = slots[last], following[last]
+        self.used += int(np.count_nonzero(self.pool[slots] == _EMPTY))
+        self.pool[slots] = following
+
+    def reset(self) -> None:
+        self.pool.fill(_EMPTY)
+        self.used = 0
+
+    # --- the protocol ---------------------------------------------------------------------------------------
+
+    def begin(self, prompt: np.ndarray) -> None:
+        self._added_until = 0
+        self._drafted = 0
+        n = self.params.n_match
+        if len(prompt) < n:
+            return
+        tokens = np.asarray(prompt, dtype=np.int32)
+        self._add(tokens, 0, len(tokens) - n)
+        self._added_until = len(tokens) - n
+        if self.used / self.params.pool_size > _RESET_FILL:
+            self.reset()
+
+    def draft(self, history: np.ndarray, n_max: int) -> Draft:
+        p, n = self.params, self.params.n_match
+        self._drafted = 0
+        committed = len(history) - 1                     # llama.cpp's "prompt": history before the last token
+        if committed < n:
+            return NO_DRAFT
+        if self._added_until > committed - n:            # a new request without begin()
+            self._added_until = 0
+        if self._added_until + _CHUNK < committed:
+            self._add(history, self._added_until, committed - n)
+            self._added_until = committed - n
+        window = [int(t) for t in history[-n:]]
+        h = 0
+        for token in window:
+            h = (h * _MULTIPLIER + token) & _MASK
+        size, lead = p.pool_size, self._lead
+        chain: list[int] = []
+        for i in range(p.n_max):
+            token = int(self.pool[h % size])
+            if token == _EMPTY:
+                if i < p.n_min:
+                    return NO_DRAFT
+                break
+            chain.append(token)
+            h = ((h - window[i] * lead) * _MULTIPLIER + token) & _MASK   # roll the window by one token
+            window.append(token)
+        tokens = chain[:n_max]
+        self._drafted = len(tokens)
+        return Draft.of(tokens)
+
+    def accept(self, n_accepted: int) -> None:
+        if self._drafted == 0:
+            return
+        if n_accepted / self._drafted < _LOW_ACCEPTANCE:
+            self._low_rounds += 1
+            if self._low_rounds >= _LOW_ROUNDS:
+                self.reset()
+                self._low_rounds = 0
+                self._added_until = 0
+        else:
+            self._low_rounds = 0
+
+
+@hookimpl
+def register_drafters(register):
+    register(NgramModDrafter)
