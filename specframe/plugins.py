@@ -31,6 +31,7 @@ BUILTIN_PLUGINS = (
     "specframe.drafters.ngram_simple",
     "specframe.drafters.ngram_map",
     "specframe.drafters.ngram_mod",
+    "specframe.drafters.ngram_cache",
     "specframe.drafters.draft_model",
 )
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")

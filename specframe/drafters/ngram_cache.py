@@ -1,0 +1,132 @@
+"""ngram-cache: llama.cpp's common_ngram_cache_draft (common/ngram-cache.cpp at 0c1e570, as llama-lookup uses it).
+
+Three caches count which token followed each n-gram: the context cache (this request's history, 1- to 4-grams),
+the dynamic cache (merged from earlier requests and runs, from a file that can be updated after the run) and the
+static cache (2-grams counted over a corpus, ``specframe ngram build``). Each drafted token comes from the first
+cache that is confident: the context with lax thresholds (at least {2, 2, 1, 1} observations and a {66, 50, 50,
+50} % share for 1- to 4-grams, longest n-gram first), then the dynamic cache with strict ones ({4, 3, 2, 2},
+{75, 66, 66, 66} %), then the static cache alone (2 observations, 50 %). Candidates from the first two are
+weighted by their static count (x 100, or x 1 when the static cache never saw them). Up to ``n_draft`` tokens are
+drafted, each from the history extended by the draft so far.
+
+Deliberate differences from llama.cpp:
+- its speculative wrapper feeds only the tokens new since the last call to the context cache, as a sequence of
+  their own, so n-grams that span two calls (most 3- and 4-grams during generation) are never counted; here
+  every n-gram of the history is counted once;
+- its context cache outlives the request; here it is folded into the dynamic cache when the next request begins;
+- ties between candidates go to the first token seen, not to hash-table order.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from specframe.drafting import NO_DRAFT, Draft, Drafter
+from specframe.drafting.history import HistoryMirror
+from specframe.hookspecs import hookimpl
+from specframe.ngram_cache import NGRAM_MAX, NgramCache
+from specframe.params import param
+
+STATIC_SIZE = 2
+LAX = ((2, 2, 1, 1), (66, 50, 50, 50))       # (min observations, min share %) for 1..4-grams
+STRICT = ((4, 3, 2, 2), (75, 66, 66, 66))
+
+
+@dataclass(frozen=True)
+class NgramCacheParams:
+    n_draft: int = param(8, min=1, help="longest draft")
+    static: str = param("", help="static 2-gram cache file (specframe ngram build), relative to the config")
+    dynamic: str = param("", help="dynamic cache file, relative to the config")
+    save_dynamic: bool = param(False, help="write what this run saw into the dynamic file when it ends")
+
+
+class NgramCacheDrafter(Drafter):
+    name = "ngram-cache"
+    Params = NgramCacheParams
+
+    def __init__(self, params: NgramCacheParams, env):
+        super().__init__(params, env)
+        self.static = NgramCache.load(self._path(params.static)) if params.static else NgramCache()
+        dynamic_path = self._path(params.dynamic) if params.dynamic else None
+        if dynamic_path and os.path.exists(dynamic_path):
+            self.dynamic = NgramCache.load(dynamic_path)
+        else:
+            self.dynamic = NgramCache()
+        self.context = NgramCache()
+        self._seen = HistoryMirror()
+
+    def _path(self, value: str) -> str:
+        return os.fspath(self.env.path(value)) if self.env is not None else value
+
+    def begin(self, prompt: np.ndarray) -> None:
+        self._fold_context()
+
+    def _fold_context(self) -> None:
+        self.dynamic.merge(self.context)
+        self.context = NgramCache()
+        self._seen.reset()
+
+    def draft(self, history: np.ndarray, n_max: int) -> Draft:
+        new_from = self._seen.update(history)
+        if new_from == 0 and len(self.context):
+            self.dynamic.merge(self.context)   # a new request without begin()
+            self.context = NgramCache()
+        tokens = self._seen.tokens
+        self.context.update(tokens, new_from)
+        if len(tokens) < STATIC_SIZE:
+            return NO_DRAFT
+        sequence = list(tokens[-NGRAM_MAX:])
+        drafted: list[int] = []
+        for _ in range(min(self.params.n_draft, n_max)):
+            token = self._next(sequence)
+            if token is None:
+                break
+            drafted.append(token)
+            sequence.append(token)
+        return Draft.of(drafted) if drafted else NO_DRAFT
+
+    def _next(self, sequence: list[int]) -> int | None:
+        static_part = self.static.get(tuple(sequence[-STATIC_SIZE:])) or {}
+        ngrams = [tuple(sequence[-size:]) for size in range(1, NGRAM_MAX + 1) if size <= len(sequence)]
+        for cache, thresholds in ((self.context, LAX), (self.dynamic, STRICT)):
+            token = _confident(cache, ngrams, static_part, thresholds)
+            if token is not None:
+                return token
+        if static_part:
+            best = max(static_part, key=static_part.get)
+            total = sum(static_part.values())
+            if total >= LAX[0][STATIC_SIZE - 1] and 100 * static_part[best] >= LAX[1][STATIC_SIZE - 1] * total:
+                return best
+        return None
+
+    def close(self) -> None:
+        if self.params.save_dynamic and self.params.dynamic:
+            self._fold_context()
+            self.dynamic.save(self._path(self.params.dynamic))
+
+
+def _confident(cache: NgramCache, ngrams: list[tuple], static_part: dict, thresholds) -> int | None:
+    """The most frequent follower of the longest n-gram whose counts pass the thresholds, weighted by static."""
+    min_samples, min_percent = thresholds
+    for ngram in reversed(ngrams):
+        part = cache.get(ngram)
+        if part is None:
+            continue
+        best, best_count, best_weight, total = None, 0, 0, 0
+        for token, count in part.items():
+            weight = 100 * static_part[token] if token in static_part else 1
+            if count * weight > best_count * best_weight:
+                best, best_count, best_weight = token, count, weight
+            total += count
+        size = len(ngram)
+        if total >= min_samples[size - 1] and 100 * best_count >= min_percent[size - 1] * total:
+            return best
+    return None
+
+
+@hookimpl
+def register_drafters(register):
+    register(NgramCacheDrafter)
