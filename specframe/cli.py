@@ -1,4 +1,4 @@
-"""The command line: ``specframe run | plugins | models``."""
+"""The command line: ``specframe run | plugins | models | ngram``."""
 
 from __future__ import annotations
 
@@ -138,6 +138,82 @@ def models_path(name):
     if not model.present:
         raise click.ClickException(f"model '{name}' is not in the cache: run 'specframe models pull {name}'")
     click.echo(str(model.path))
+
+
+@main.group()
+def ngram():
+    """N-gram cache files for the ngram-cache drafter."""
+
+
+@ngram.command("build")
+@click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("-m", "--model", required=True, help="Catalog name or GGUF path whose vocabulary tokenizes the corpus.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Cache file to write.")
+@click.option("--sizes", default="2", show_default=True,
+              help="Comma-separated n-gram sizes to count (the drafter's static cache reads 2-grams).")
+def ngram_build(corpus, model, output, sizes):
+    """Count n-grams of text files into a static cache."""
+    import os
+
+    from tqdm import tqdm
+
+    from specframe.llama import Model
+    from specframe.models import resolve_model
+    from specframe.ngram_cache import NGRAM_MAX, NgramCache
+
+    try:
+        ngram_sizes = sorted({int(x) for x in sizes.split(",")})
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {sizes!r}", param_hint="--sizes")
+    if not ngram_sizes or ngram_sizes[0] < 1 or ngram_sizes[-1] > NGRAM_MAX:
+        raise click.BadParameter(f"sizes must lie in 1..{NGRAM_MAX}", param_hint="--sizes")
+    cache = NgramCache()
+    n_tokens = 0
+    with Model(resolve_model(model), vocab_only=True) as vocab_model, \
+            tqdm(total=sum(os.path.getsize(p) for p in corpus), unit="B", unit_scale=True, file=sys.stderr) as bar:
+        for path in corpus:
+            tail: list[int] = []                      # the last tokens, so n-grams run across chunks
+            with open(path, encoding="utf-8", errors="replace") as f:
+                while chunk := f.read(1 << 20):
+                    chunk += f.readline()             # end chunks at a line break
+                    tokens = vocab_model.vocab.tokenize(chunk, add_special=False).tolist()
+                    cache.update(tail + tokens, start=len(tail), sizes=ngram_sizes)
+                    tail = (tail + tokens)[-NGRAM_MAX:]
+                    n_tokens += len(tokens)
+                    bar.update(len(chunk.encode("utf-8", "replace")))
+    cache.save(output)
+    click.echo(f"{output}: {len(cache)} n-grams from {n_tokens} tokens", err=True)
+
+
+@ngram.command("merge")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def ngram_merge(inputs, output):
+    """Add up the counts of several cache files."""
+    from specframe.ngram_cache import NgramCache
+
+    merged = NgramCache()
+    for path in inputs:
+        merged.merge(NgramCache.load(path))
+    merged.save(output)
+    click.echo(f"{output}: {len(merged)} n-grams from {len(inputs)} files", err=True)
+
+
+@ngram.command("stats")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+def ngram_stats(path, as_json):
+    """Sizes of a cache file."""
+    from specframe.ngram_cache import NgramCache
+
+    stats = NgramCache.load(path).stats()
+    if as_json:
+        click.echo(json.dumps(stats))
+        return
+    click.echo(f"{path}: {stats['ngrams']} n-grams, {stats['pairs']} (n-gram, next token) pairs, "
+               f"{stats['observations']} observations")
+    for size, count in stats["ngrams_by_size"].items():
+        click.echo(f"    {size}-grams: {count}")
 
 
 def _catalog_model(name, catalog):

@@ -96,3 +96,24 @@ def test_a_missing_library_is_one_line_that_says_how_to_build_it(config, tmp_pat
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "./build_llama.sh" in result.stderr
     assert result.stderr.startswith("Error: no specframe binding")
+
+
+def test_ngram_build_merge_and_stats(tmp_path, target_path):
+    from specframe.ngram_cache import NgramCache
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("for i in range(10):\n    print(i)\n" * 50)
+    built = run("ngram", "build", str(corpus), "--model", str(target_path), "-o", str(tmp_path / "a.ngc"))
+    assert built.exit_code == 0, built.stderr
+    cache = NgramCache.load(tmp_path / "a.ngc")
+    assert len(cache) > 0 and all(len(k) == 2 for k in cache.table)
+    run("ngram", "build", str(corpus), "--model", str(target_path), "-o", str(tmp_path / "b.ngc"), "--sizes", "1,2")
+    merged = run("ngram", "merge", str(tmp_path / "a.ngc"), str(tmp_path / "b.ngc"), "-o", str(tmp_path / "c.ngc"))
+    assert merged.exit_code == 0
+    stats = json.loads(run("ngram", "stats", str(tmp_path / "c.ngc"), "--json").stdout)
+    assert stats["ngrams_by_size"]["2"] == len(cache) and stats["ngrams_by_size"]["1"] > 0
+    some_key = next(iter(cache.table))
+    assert NgramCache.load(tmp_path / "c.ngc").get(some_key) == {t: 2 * c for t, c in cache.get(some_key).items()}
+    (tmp_path / "bad.ngc").write_bytes(b"SFNGRAM\0" + b"\1" * 10)
+    bad = run("ngram", "stats", str(tmp_path / "bad.ngc"))
+    assert bad.exit_code == 1 and "bad.ngc" in bad.stderr and bad.stderr.count("\n") == 1

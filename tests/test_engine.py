@@ -14,6 +14,10 @@ DRAFTERS = {
     "prompt-lookup": '[[drafter]]\ntype = "prompt-lookup"\n',
     "ngram-simple": '[[drafter]]\ntype = "ngram-simple"\nn = 2\nm = 8\n',
     "draft-model": '[[drafter]]\ntype = "draft-model"\nmodel = "{draft}"\np_min = 0.2\n',
+    "ngram-map-k": '[[drafter]]\ntype = "ngram-map-k"\nn = 2\nm = 6\n',
+    "ngram-map-k4v": '[[drafter]]\ntype = "ngram-map-k4v"\nn = 2\nm = 3\n',
+    "ngram-mod": '[[drafter]]\ntype = "ngram-mod"\nn_match = 3\nn_min = 2\nn_max = 8\n',
+    "ngram-cache": '[[drafter]]\ntype = "ngram-cache"\n',
     "cycle (example plugin)": '[[drafter]]\ntype = "cycle"\n',
     "whole chain": ('[[drafter]]\ntype = "draft-model"\nmodel = "{draft}"\np_min = 0.2\n'
                     '[[drafter]]\ntype = "ngram-simple"\nn = 2\nm = 8\n'

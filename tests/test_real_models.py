@@ -93,3 +93,23 @@ def test_smollm_stops_at_end_of_generation_and_drafts_repetition(write_config):
         spec = engine.generate("Repeat exactly: alpha beta gamma delta", max_tokens=80)
         assert compare(plain, spec, engine).ok
         assert spec.stats.acceptance_rate > 0.3
+
+
+NGRAM_FAMILY = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
+
+
+def test_every_ngram_drafter_is_accepted_on_a_code_editing_prompt():
+    """The draftless drafters at llama.cpp's defaults, from a config, on the real Qwen 1.5B target."""
+    prompt = (REPO / "benchmarks/prompts/code_editing.txt").read_text()
+    with Engine.from_config(REPO / "examples/all-draftless.toml") as engine:
+        plain = engine.generate(prompt, speculative=False, max_tokens=160, track_margins=True)
+        for name in NGRAM_FAMILY:
+            result = engine.generate(prompt, max_tokens=160, drafters=[name])
+            stats = result.stats
+            assert stats.n_drafts >= 2 and stats.acceptance_rate >= 0.5, (name, stats.as_dict())
+            assert stats.drafters[name]["accepted_tokens"] == stats.n_accepted
+            verdict = compare(plain, result, engine)
+            assert verdict.ok, f"{name}: {verdict}"
+        chain = engine.generate(prompt, max_tokens=160)
+        assert set(chain.stats.drafters) == set(NGRAM_FAMILY) | {"prompt-lookup"}
+        assert compare(plain, chain, engine).ok
