@@ -72,18 +72,19 @@ def mod(**params):
 
 
 def test_ngram_mod_chains_lookups_and_honours_n_min():
+    # begin() indexes the prompt but its last token (the engine feeds that one with the first draft)
     d = mod(n_match=2, n_min=3, n_max=5)
-    d.begin(h(1, 2, 3, 4, 5, 6))
+    d.begin(h(1, 2, 3, 4, 5, 6, 0))
     assert drafted(d, [0, 1, 2]) == [3, 4, 5, 6]         # (1,2)->3 (2,3)->4 (3,4)->5 (4,5)->6 then (5,6) unknown
     assert drafted(d, [0, 1, 2], n_max=2) == [3, 4]
     d = mod(n_match=2, n_min=5, n_max=5)
-    d.begin(h(1, 2, 3, 4, 5, 6))
+    d.begin(h(1, 2, 3, 4, 5, 6, 0))
     assert drafted(d, [0, 1, 2]) == []                   # a chain of 4 is shorter than n_min
 
 
 def test_ngram_mod_pool_persists_across_requests_until_it_fills():
     d = mod(n_match=2, n_min=1, n_max=4)
-    d.begin(h(1, 2, 3, 4))
+    d.begin(h(1, 2, 3, 4, 0))
     d.begin(h(9))                                        # a new request: the pool is kept on purpose
     assert drafted(d, [9, 1, 2]) == [3, 4]
     d.begin(h(*np.arange(300)))                          # more than 25 % of 1024 slots: emptied
@@ -92,7 +93,7 @@ def test_ngram_mod_pool_persists_across_requests_until_it_fills():
 
 def test_ngram_mod_resets_after_five_poorly_accepted_drafts():
     d = mod(n_match=2, n_min=1, n_max=4)
-    d.begin(h(1, 2, 3, 4, 5))
+    d.begin(h(1, 2, 3, 4, 5, 0))
     for _ in range(4):
         assert drafted(d, [0, 1, 2]) == [3, 4, 5]
         d.accept(0)
@@ -104,7 +105,7 @@ def test_ngram_mod_resets_after_five_poorly_accepted_drafts():
 
 def test_ngram_mod_acceptance_counts_only_the_tokens_drafted():
     d = mod(n_match=2, n_min=1, n_max=8)
-    d.begin(h(1, 2, 3, 4, 5, 6, 7, 8, 9))
+    d.begin(h(1, 2, 3, 4, 5, 6, 7, 8, 9, 0))
     for _ in range(10):                                  # the chain is 7 long, the caller takes 2, accepts 2
         assert drafted(d, [0, 1, 2], n_max=2) == [3, 4]
         d.accept(2)

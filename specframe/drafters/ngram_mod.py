@@ -85,9 +85,10 @@ class NgramModDrafter(Drafter):
         self._added_until = 0
         self._drafted = 0
         n = self.params.n_match
-        if len(prompt) < n:
+        # As llama.cpp: the prompt's last token is fed with the first draft, and indexed from there.
+        tokens = np.asarray(prompt[:-1], dtype=np.int32)
+        if len(tokens) < n:
             return
-        tokens = np.asarray(prompt, dtype=np.int32)
         self._add(tokens, 0, len(tokens) - n)
         self._added_until = len(tokens) - n
         if self.used / self.params.pool_size > _RESET_FILL:
@@ -99,7 +100,7 @@ class NgramModDrafter(Drafter):
         committed = len(history) - 1                     # llama.cpp's "prompt": history before the last token
         if committed < n:
             return NO_DRAFT
-        if self._added_until > committed - n:            # a new request without begin()
+        if self._added_until > committed - n + 1:        # indexed past this history: a request without begin()
             self._added_until = 0
         if self._added_until + _CHUNK < committed:
             self._add(history, self._added_until, committed - n)
