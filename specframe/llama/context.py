@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from specframe.errors import SpecframeError
+from specframe.llama._handle import Handle
 from specframe.llama.model import Model
 
 
@@ -59,12 +60,14 @@ class Batch:
             self._batch = None
 
 
-class Context:
+class Context(Handle):
     """Evaluation state of a model over one token sequence (sequence 0).
 
     ``decode`` feeds tokens at explicit positions and returns their logits as a numpy view into llama.cpp's
     buffer (valid until the next decode); ``truncate`` drops KV entries, which is how rejected drafts are undone.
     """
+
+    _what = "context"
 
     def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None):
         self._ffi, self._lib = model._ffi, model._lib
@@ -131,25 +134,6 @@ class Context:
         """Number of positions held in the KV memory (highest position + 1)."""
         return int(self._lib.llama_memory_seq_pos_max(self._memory, 0)) + 1
 
-    @property
-    def handle(self):
-        if self._handle is None:
-            raise SpecframeError("the context is closed")
-        return self._handle
-
-    def close(self) -> None:
-        if self._handle is None:
-            return
+    def _free(self, handle) -> None:
         self._batch.close()
-        self._lib.llama_free(self._handle)
-        self._handle = None
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            self.close()
+        self._lib.llama_free(handle)

@@ -9,13 +9,16 @@ from typing import Sequence
 import numpy as np
 
 from specframe.errors import ModelError
+from specframe.llama._handle import Handle
 from specframe.llama._native import native
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 
 
-class Model:
+class Model(Handle):
     """A model loaded from a GGUF file; frees itself (and its contexts) on ``close`` or at the end of a ``with``."""
+
+    _what = "model"
 
     def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = 0, vocab_only: bool = False):
         self._ffi, self._lib = native()
@@ -33,33 +36,14 @@ class Model:
         self._contexts: weakref.WeakSet = weakref.WeakSet()
         self.vocab = Vocab(self, self._lib.llama_model_get_vocab(handle))
 
-    @property
-    def handle(self):
-        if self._handle is None:
-            raise ModelError(f"model {self.path} is closed")
-        return self._handle
-
     def _register_context(self, context) -> None:
         self._contexts.add(context)
 
-    def close(self) -> None:
+    def _free(self, handle) -> None:
         """Free the model after every context made from it."""
-        if self._handle is None:
-            return
         for context in list(self._contexts):
             context.close()
-        self._lib.llama_model_free(self._handle)
-        self._handle = None
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            self.close()
+        self._lib.llama_model_free(handle)
 
     @property
     def n_ctx_train(self) -> int:
