@@ -40,6 +40,7 @@ class SpeculativeConfig:
     enabled: bool = param(True, help="false decodes plainly")
     n_max: int = param(16, min=0, help="most tokens verified per step beyond the first")
     n_min: int = param(0, min=0, help="drafts shorter than this are dropped and the next drafter is asked")
+    adaptive: bool = param(True, help="draft only as many tokens as measured costs and acceptance make worthwhile")
     order: list = param([], help="drafter names in priority order (default: draftless drafters first)")
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from specframe.config import Config, load_config
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, DrafterChain, DrafterEnv, DrafterStats
+from specframe.drafting.budget import VerifyCost
 from specframe.errors import SpecframeError
 from specframe.llama import Context, ContextFullError, Model, default_threads
 from specframe.models import resolve_model
@@ -118,6 +119,8 @@ class Engine:
         self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_threads=self.n_threads)
         self.vocab = self.model.vocab
         self._chain: DrafterChain | None = None
+        # The target's measured cost per pass size, kept across requests: it belongs to the model and machine.
+        self.verify_cost = VerifyCost() if config.speculative.adaptive else None
 
     @classmethod
     def from_config(cls, path: str | os.PathLike) -> "Engine":
@@ -183,11 +186,11 @@ class Engine:
                                 drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
                     continue
                 entries.append(ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats()))
-            self._chain = DrafterChain(entries, self.vocab.n_tokens, self.config.speculative.n_min)
+            self._chain = DrafterChain(entries, self.vocab.n_tokens, self.config.speculative.n_min, self.verify_cost)
         if names is None or self._chain is None:
             return self._chain
         return DrafterChain([e for e in self._chain.entries if e.label in names], self.vocab.n_tokens,
-                            self.config.speculative.n_min)
+                            self.config.speculative.n_min, self.verify_cost)
 
     def _run(self, generation: Generation, prompt: np.ndarray, max_tokens: int, sampler: TokenSampler,
              chain: DrafterChain | None, stops: list[str], track_margins: bool) -> Iterator[str]:
@@ -228,7 +231,10 @@ class Engine:
                     stop_reason = "context_full"
                     break
                 batch = np.concatenate(([last], draft.tokens)).astype(np.int32, copy=False)
+                pass_start = time.perf_counter()
                 logits = ctx.decode(batch, n_past, all_logits=True)
+                if self.verify_cost is not None:
+                    self.verify_cost.observe(len(batch), time.perf_counter() - pass_start)
                 stats.n_target_passes += 1
                 n_accepted, emitted = _verify(logits, draft, sampler)
                 if n_accepted < len(draft):

@@ -29,14 +29,17 @@ DRAFTERS = {
 def engine_for(write_config, target_path, draft_path):
     engines = []
 
-    def make(drafters: str = "", extra: str = "", n_ctx: int = 1024, max_tokens: int = 200) -> Engine:
+    def make(drafters: str = "", extra: str = "", n_ctx: int = 1024, max_tokens: int = 200,
+             speculative: str = "adaptive = false") -> Engine:
+        """Adaptive draft lengths are off unless asked for: these tests need drafts accepted and rejected."""
         config = write_config(f"""
             [target]
             model = "{target_path}"
             n_ctx = {n_ctx}
             [generation]
             max_tokens = {max_tokens}
-            """ + extra + "\n" + drafters.format(draft=draft_path))
+            [speculative]
+            """ + speculative + "\n" + extra + "\n" + drafters.format(draft=draft_path))
         engine = Engine.from_config(config)
         engines.append(engine)
         return engine
@@ -196,7 +199,7 @@ def test_requests_can_use_a_subset_of_the_drafters(engine_for):
 
 
 def test_speculative_n_min_passes_short_drafts_over(engine_for):
-    engine = engine_for('[[drafter]]\ntype = "prompt-lookup"\nnum_pred = 3\n', extra="[speculative]\nn_min = 4\n")
+    engine = engine_for('[[drafter]]\ntype = "prompt-lookup"\nnum_pred = 3\n', speculative="adaptive = false\nn_min = 4")
     result = engine.generate(PROMPT, raw=True)
     assert result.stats.n_drafted == 0 and result.stats.drafters["prompt-lookup"]["calls"] > 0
 
@@ -214,3 +217,14 @@ def test_the_lossless_check_tells_a_real_difference_from_batching(engine_for):
     verdict = compare(plain, forged, engine)
     assert verdict.diverged_at == index and not verdict.ok
     assert "real difference" in str(verdict)
+
+
+def test_adaptive_draft_lengths_keep_the_output_and_hold_back_poor_drafters(engine_for):
+    engine = engine_for(DRAFTERS["whole chain"], speculative="adaptive = true")
+    plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True)
+    spec = engine.generate(PROMPT, raw=True)
+    assert compare(plain, spec).identical
+    assert engine.verify_cost.base is not None and engine.verify_cost.slope is not None
+    drafters = spec.stats.drafters
+    assert sum(d["held_back"] for d in drafters.values()) > 0
+    assert spec.stats.n_accepted > 0

@@ -2,8 +2,8 @@
 
 Its own context mirrors the committed history incrementally: each call compares only the tokens added since
 the last call with what its KV memory holds, keeps the matching part (including draft tokens the target
-accepted), drops the rest and evaluates just the new tokens. The prompt is evaluated once per request, and a
-prefix shared with the previous request is kept. Drafting takes the top token while its probability is at
+accepted), drops the rest and evaluates just the new tokens. The prompt is evaluated in ``begin`` (counted as
+prompt processing), and a prefix shared with the previous request is kept. Drafting takes the top token while its probability is at
 least ``p_min``, up to ``n_max`` tokens; drafts shorter than ``n_min`` are dropped.
 
 Difference from llama.cpp: its p_min is tested on probabilities renormalised over the top 10 candidates; here
@@ -53,7 +53,11 @@ class DraftModelDrafter(Drafter):
         self._n_synced = 0    # history tokens known to match the KV memory
 
     def begin(self, prompt: np.ndarray) -> None:
-        self._n_synced = 0    # compare afresh; a prefix shared with the last request stays in memory
+        """Evaluate the prompt now, with the target's prompt processing (as llama.cpp feeds its draft context),
+        so drafting starts in step; a prefix shared with the last request stays in memory."""
+        self._n_synced = 0
+        if len(prompt) and len(prompt) <= self.context.n_ctx:
+            self._sync(prompt)
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
         length = len(history)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from specframe.drafting.budget import AcceptanceEstimate, VerifyCost
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter
 
 log = logging.getLogger("specframe.drafting")
@@ -30,6 +31,7 @@ class DrafterStats:
     begin_ms: float = 0.0
     draft_ms: float = 0.0
     accept_ms: float = 0.0
+    held_back: int = 0         # steps the cost model judged a draft from it not worth verifying
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -42,16 +44,23 @@ class ChainEntry:
     plugin: str
     stats: DrafterStats
     disabled: str | None = None   # why it was set aside
+    estimate: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
 
 
 class DrafterChain:
-    """Drafters in priority order; drafts shorter than ``n_min`` are passed over for the next drafter's."""
+    """Drafters in priority order; drafts shorter than ``n_min`` are passed over for the next drafter's.
 
-    def __init__(self, entries: list[ChainEntry], n_vocab: int, n_min: int = 0):
+    With a ``verify`` cost model, each drafter is asked for the number of tokens its acceptance so far makes
+    worth verifying (see budget.py), and not asked at all when that is none.
+    """
+
+    def __init__(self, entries: list[ChainEntry], n_vocab: int, n_min: int = 0, verify: VerifyCost | None = None):
         self.entries = entries
         self.n_vocab = n_vocab
         self.n_min = max(1, n_min)
+        self.verify = verify
         self._winner: ChainEntry | None = None
+        self._winner_draft = (0, 0.0)   # (tokens, seconds) of the winning draft
 
     def begin(self, prompt: np.ndarray) -> None:
         for entry in self._active():
@@ -65,17 +74,23 @@ class DrafterChain:
         if n_max <= 0:
             return NO_DRAFT
         for entry in self._active():
+            length = entry.estimate.length(self.verify, n_max) if self.verify is not None else n_max
+            if length < self.n_min:
+                entry.stats.held_back += 1
+                continue
             entry.stats.calls += 1
             start = time.perf_counter()
-            result = self._guard(entry, "draft", entry.drafter.draft, history, n_max)
-            entry.stats.draft_ms += (time.perf_counter() - start) * 1e3
+            result = self._guard(entry, "draft", entry.drafter.draft, history, length)
+            seconds = time.perf_counter() - start
+            entry.stats.draft_ms += seconds * 1e3
             if result is None:
                 continue
-            draft = self._validated(entry, result, n_max)
+            draft = self._validated(entry, result, length)
             if draft is not None and len(draft) >= self.n_min:
                 entry.stats.drafts += 1
                 entry.stats.drafted_tokens += len(draft)
                 self._winner = entry
+                self._winner_draft = (len(draft), seconds)
                 return draft
         return NO_DRAFT
 
@@ -86,6 +101,8 @@ class DrafterChain:
             return
         entry.stats.accepted_tokens += n_accepted
         entry.stats.accepted_drafts += n_accepted > 0
+        n_drafted, seconds = self._winner_draft
+        entry.estimate.update(n_drafted, n_accepted, seconds)
         start = time.perf_counter()
         self._guard(entry, "accept", entry.drafter.accept, n_accepted)
         entry.stats.accept_ms += (time.perf_counter() - start) * 1e3
