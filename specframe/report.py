@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from specframe.engine import GenerationResult
 
-_DRAFTER_COLUMNS = ("#calls", "#gen drafts", "#acc drafts", "#gen tokens", "#acc tokens", "dur(b,g,a) ms")
+_DRAFTER_COLUMNS = ("#calls", "#gen drafts", "#acc drafts", "#gen tokens", "#acc tokens", "#held back",
+                    "dur(b,g,a) ms")
 
 
 def format_stats(result: GenerationResult, speculative: bool = True) -> str:
@@ -23,7 +24,8 @@ def format_stats(result: GenerationResult, speculative: bool = True) -> str:
         lines.append(f"{'drafter':<{width}}  " + "  ".join(f"{c:>11}" for c in _DRAFTER_COLUMNS))
         for name, d in s.drafters.items():
             durations = f"{d['begin_ms']:.1f},{d['draft_ms']:.1f},{d['accept_ms']:.1f}"
-            cells = (d["calls"], d["drafts"], d["accepted_drafts"], d["drafted_tokens"], d["accepted_tokens"])
+            cells = (d["calls"], d["drafts"], d["accepted_drafts"], d["drafted_tokens"], d["accepted_tokens"],
+                     d["held_back"])
             lines.append(f"{name:<{width}}  " + "  ".join(f"{c:>11}" for c in cells) + f"  {durations:>13}"
                          + (f"  DISABLED: {d['disabled']}" if "disabled" in d else ""))
     return "\n".join(lines)

@@ -47,6 +47,7 @@ def test_run_streams_text_to_stdout_and_statistics_to_stderr(config):
     assert spec.exit_code == plain.exit_code == 0
     assert spec.stdout == plain.stdout                 # speculation does not change the answer
     assert "tokens/pass" in spec.stderr and "draft-model" in spec.stderr and "accepted" in spec.stderr
+    assert "#held back" in spec.stderr
     assert "drafted" not in plain.stderr
 
 
