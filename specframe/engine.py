@@ -21,7 +21,7 @@ from specframe.drafting.budget import VerifyCost
 from specframe.errors import SpecframeError
 from specframe.llama import Context, ContextFullError, Model, default_threads
 from specframe.models import resolve_model
-from specframe.sampling import SamplingParams, TokenSampler, top2_margin
+from specframe.sampling import TokenSampler, top2_margin
 from specframe.text import TextStream
 
 log = logging.getLogger("specframe.engine")
