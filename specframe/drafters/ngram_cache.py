@@ -62,18 +62,17 @@ class NgramCacheDrafter(Drafter):
         return os.fspath(self.env.path(value)) if self.env is not None else value
 
     def begin(self, prompt: np.ndarray) -> None:
-        self._fold_context()
+        self._seen.reset()
 
     def _fold_context(self) -> None:
+        """What the last request saw joins the dynamic cache."""
         self.dynamic.merge(self.context)
         self.context = NgramCache()
-        self._seen.reset()
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
         new_from = self._seen.update(history)
-        if new_from == 0 and len(self.context):
-            self.dynamic.merge(self.context)   # a new request without begin()
-            self.context = NgramCache()
+        if new_from == 0:   # a new request, after begin() or without it
+            self._fold_context()
         tokens = self._seen.tokens
         self.context.update(tokens, new_from)
         if len(tokens) < STATIC_SIZE:
@@ -89,18 +88,14 @@ class NgramCacheDrafter(Drafter):
         return Draft.of(drafted) if drafted else NO_DRAFT
 
     def _next(self, sequence: list[int]) -> int | None:
-        static_part = self.static.get(tuple(sequence[-STATIC_SIZE:])) or {}
+        static_key = tuple(sequence[-STATIC_SIZE:])
+        static_part = self.static.get(static_key) or {}
         ngrams = [tuple(sequence[-size:]) for size in range(1, NGRAM_MAX + 1) if size <= len(sequence)]
         for cache, thresholds in ((self.context, LAX), (self.dynamic, STRICT)):
             token = _confident(cache, ngrams, static_part, thresholds)
             if token is not None:
                 return token
-        if static_part:
-            best = max(static_part, key=static_part.get)
-            total = sum(static_part.values())
-            if total >= LAX[0][STATIC_SIZE - 1] and 100 * static_part[best] >= LAX[1][STATIC_SIZE - 1] * total:
-                return best
-        return None
+        return _confident(self.static, [static_key], {}, LAX)   # the static cache alone, unweighted
 
     def close(self) -> None:
         if self.params.save_dynamic and self.params.dynamic:

@@ -75,21 +75,15 @@ class _NgramMapDrafter(Drafter):
         self._last: _Value | None = None
 
     def begin(self, prompt: np.ndarray) -> None:
-        self._restart()
-
-    def _restart(self) -> None:
         self._seen.reset()
-        self._occurrences.clear()
-        self._keys.clear()
-        self._indexed_until = 0
-        self._last = None
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
         n, m = self.params.n, self.params.m
         self._last = None
-        if self._seen.update(history) == 0 and (self._occurrences or self._keys):
-            self._restart()
-            self._seen.update(history)
+        if self._seen.update(history) == 0:   # a new request, after begin() or without it
+            self._occurrences.clear()
+            self._keys.clear()
+            self._indexed_until = 0
         tokens = self._seen.tokens
         committed = len(tokens) - 1            # llama.cpp's view: history before the last token
         if committed < 2 * n + m:

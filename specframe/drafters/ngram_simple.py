@@ -40,12 +40,10 @@ class NgramSimpleDrafter(Drafter):
 
     def begin(self, prompt: np.ndarray) -> None:
         self._seen.reset()
-        self._latest.clear()
-        self._next_start = 0
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
         n, m = self.params.n, self.params.m
-        if self._seen.update(history) == 0:
+        if self._seen.update(history) == 0:   # a new request, after begin() or without it
             self._latest.clear()
             self._next_start = 0
         tokens = self._seen.tokens

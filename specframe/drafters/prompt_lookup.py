@@ -36,12 +36,10 @@ class PromptLookupDrafter(Drafter):
 
     def begin(self, prompt: np.ndarray) -> None:
         self._seen.reset()
-        for index in self._first:
-            index.clear()
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
         new_from = self._seen.update(history)
-        if new_from == 0:
+        if new_from == 0:   # a new request, after begin() or without it
             for index in self._first:
                 index.clear()
         tokens = self._seen.tokens
