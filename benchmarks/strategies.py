@@ -11,11 +11,11 @@ import pathlib
 import statistics
 import sys
 
+from specframe.bench.workloads import workload
 from specframe.engine import Engine
 from specframe.lossless import compare
 
 HERE = pathlib.Path(__file__).resolve().parent
-WORKLOADS = {"code-editing": HERE / "prompts/code_editing.txt", "code-generation": HERE / "prompts/code_generation.txt"}
 
 
 def main() -> None:
@@ -30,8 +30,8 @@ def main() -> None:
         names = [d.name for d in engine.config.drafters]
         strategies = [("plain", None)] + [(n, [n]) for n in names] + ([("chain", names)] if len(names) > 1 else [])
         engine.generate("warm up", max_tokens=4, speculative=False)
-        for workload, path in WORKLOADS.items():
-            prompt = path.read_text()
+        for name in ("code-editing", "code-generation"):
+            prompt = workload(name).prompt
             plain_result = None
             for label, drafters in strategies:
                 runs = []
@@ -44,13 +44,13 @@ def main() -> None:
                     plain_result = result
                 s = result.stats
                 rows.append({
-                    "workload": workload, "strategy": label, "tokens": s.n_generated,
+                    "workload": name, "strategy": label, "tokens": s.n_generated,
                     "tokens_per_second": statistics.median(r.stats.tokens_per_second for r in runs),
                     "acceptance_rate": s.acceptance_rate, "mean_accepted_length": s.mean_accepted_length,
                     "tokens_per_pass": s.tokens_per_pass,
                     "lossless": str(compare(plain_result, result, engine)) if drafters is not None else "-",
                 })
-                print(f"{workload:16} {label:14} {rows[-1]['tokens_per_second']:6.2f} tokens/s", file=sys.stderr)
+                print(f"{name:16} {label:14} {rows[-1]['tokens_per_second']:6.2f} tokens/s", file=sys.stderr)
     base = {r["workload"]: r["tokens_per_second"] for r in rows if r["strategy"] == "plain"}
     print(f"{'workload':16} {'strategy':14} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'acc/draft':>9} "
           f"{'tok/pass':>8}  lossless check")

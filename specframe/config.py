@@ -18,7 +18,7 @@ from specframe.errors import ConfigError
 from specframe.models import is_model_reference
 from specframe.params import param
 from specframe.plugins import DrafterType, Plugins, load_plugins
-from specframe.sampling import SamplingParams
+from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,6 +41,9 @@ class SpeculativeConfig:
     n_max: int = param(16, min=0, help="most tokens verified per step beyond the first")
     n_min: int = param(0, min=0, help="drafts shorter than this are dropped and the next drafter is asked")
     adaptive: bool = param(True, help="draft only as many tokens as measured costs and acceptance make worthwhile")
+    acceptance: str = param("rejection", choices=ACCEPTANCE_MODES,
+                            help="at temperature > 0: rejection sampling with the drafts' distributions, or "
+                                 "sample-and-match (the target samples, a draft token stands if it was sampled)")
     order: list = param([], help="drafter names in priority order (default: draftless drafters first)")
 
 

@@ -21,7 +21,7 @@ from specframe.drafting.budget import VerifyCost
 from specframe.errors import SpecframeError
 from specframe.llama import Context, ContextFullError, Model, default_threads
 from specframe.models import resolve_model
-from specframe.sampling import TokenSampler, top2_margin
+from specframe.sampling import ACCEPTANCE_MODES, TokenSampler, top2_margin, verify
 from specframe.text import TextStream
 
 log = logging.getLogger("specframe.engine")
@@ -145,9 +145,10 @@ class Engine:
     def stream(self, prompt: str | Sequence[int], *, max_tokens: int | None = None,
                temperature: float | None = None, seed: int | None = None, speculative: bool = True,
                raw: bool = False, stop: Sequence[str] | None = None, track_margins: bool = False,
-               drafters: Sequence[str] | None = None) -> Generation:
+               drafters: Sequence[str] | None = None, acceptance: str | None = None) -> Generation:
         """Start a request. ``prompt`` is text (chat-templated unless ``raw``) or token ids (used as they are).
-        ``drafters`` names the configured drafters to use for this request, in their chain order (default: all)."""
+        ``drafters`` names the configured drafters to use for this request, in their chain order (default: all);
+        ``acceptance`` overrides [speculative] acceptance ("rejection" or "match") when sampling."""
         gen_cfg = self.config.generation
         sampling = self.config.sampling
         if temperature is not None:
@@ -158,10 +159,14 @@ class Engine:
                   else np.asarray(prompt, dtype=np.int32))
         if tokens.size == 0:
             raise SpecframeError("the prompt is empty")
+        acceptance = acceptance or self.config.speculative.acceptance
+        if acceptance not in ACCEPTANCE_MODES:
+            raise SpecframeError(f"acceptance {acceptance!r}: expected one of {', '.join(ACCEPTANCE_MODES)}")
         chain = self.chain(drafters) if speculative and self.config.speculative.enabled else None
         stops = list(gen_cfg.stop if stop is None else stop)
         return Generation(lambda generation: self._run(generation, tokens, max_tokens or gen_cfg.max_tokens,
-                                                       TokenSampler(sampling), chain, stops, track_margins))
+                                                       TokenSampler(sampling), acceptance, chain, stops,
+                                                       track_margins))
 
     def chain(self, names: Sequence[str] | None = None) -> DrafterChain | None:
         """The configured drafters (or those named), created on first use: a plain run never loads a draft model."""
@@ -193,7 +198,7 @@ class Engine:
                             self.config.speculative.n_min, self.verify_cost)
 
     def _run(self, generation: Generation, prompt: np.ndarray, max_tokens: int, sampler: TokenSampler,
-             chain: DrafterChain | None, stops: list[str], track_margins: bool) -> Iterator[str]:
+             acceptance: str, chain: DrafterChain | None, stops: list[str], track_margins: bool) -> Iterator[str]:
         ctx, vocab = self.context, self.vocab
         n_ctx = ctx.n_ctx
         if prompt.size >= n_ctx:
@@ -219,7 +224,8 @@ class Engine:
             ctx.decode(prompt[:-1], 0)
         n_past = prompt.size - 1
         if chain is not None:
-            chain.begin(prompt)
+            # Drafters sample (and give their distributions) only where rejection sampling will use them.
+            chain.begin(prompt, None if sampler.greedy or acceptance == "match" else sampler.params)
         stats.prompt_seconds = time.perf_counter() - start
         start = time.perf_counter()
         try:
@@ -236,7 +242,7 @@ class Engine:
                 if self.verify_cost is not None:
                     self.verify_cost.observe(len(batch), time.perf_counter() - pass_start)
                 stats.n_target_passes += 1
-                n_accepted, emitted = _verify(logits, draft, sampler)
+                n_accepted, emitted = verify(logits, draft.tokens, draft.probs, sampler, acceptance)
                 if n_accepted < len(draft):
                     ctx.truncate(n_past + n_accepted + 1)
                 n_past += n_accepted + 1
@@ -296,23 +302,3 @@ class Engine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def _verify(logits: np.ndarray, draft: Draft, sampler: TokenSampler) -> tuple[int, list[int]]:
-    """Accept the longest draft prefix the target agrees with; return (n_accepted, emitted tokens), where the
-    emitted tokens are the accepted ones plus the target's own token at the first disagreement (or after a
-    fully accepted draft)."""
-    k = len(draft)
-    proposed = draft.tokens
-    if sampler.greedy:
-        choices = np.argmax(logits, axis=1)
-        mismatch = np.flatnonzero(choices[:k] != proposed)
-        n = int(mismatch[0]) if mismatch.size else k
-        return n, [int(t) for t in choices[:n + 1]]
-    # Sample-and-match: the target samples at each position; a draft token stands if it is what was sampled.
-    emitted = []
-    for i in range(k + 1):
-        token = sampler.sample(logits[i])
-        emitted.append(token)
-        if i == k or token != proposed[i]:
-            return i, emitted
-    raise AssertionError("unreachable")

@@ -45,13 +45,21 @@ def synthetic_vocab() -> tuple[list[str], list[float], list[int]]:
 
 
 def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: float = 0.0, noise_seed: int = 1,
-                          shape: SyntheticShape = SyntheticShape(), quantize: bool = False) -> str:
-    """Write a random float32 (or Q8_0 when ``quantize``) llama model to ``path``; return the path."""
+                          shape: SyntheticShape = SyntheticShape(), quantize: bool = False,
+                          shuffle_vocab: int | None = None) -> str:
+    """Write a random float32 (or Q8_0 when ``quantize``) llama model to ``path``; return the path.
+
+    ``shuffle_vocab`` (a seed) gives the tokens other ids, moving their weights with them: the same model over
+    text, with a vocabulary no draft compatibility check accepts, for token mapping."""
     import gguf
 
     path = os.fspath(path)
     tokens, scores, types = synthetic_vocab()
     n_vocab, s = len(tokens), shape
+    order = np.arange(n_vocab)
+    if shuffle_vocab is not None:    # new id i holds old token order[i]; the three special ids stay
+        order[3:] = 3 + np.random.default_rng(shuffle_vocab).permutation(n_vocab - 3)
+        tokens, scores, types = [tokens[i] for i in order], [scores[i] for i in order], [types[i] for i in order]
     head_dim = s.n_embd // s.n_head
     rng = np.random.default_rng(seed)
     noise_rng = np.random.default_rng(noise_seed)
@@ -90,7 +98,7 @@ def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: floa
             writer.add_tensor(name, array)
 
     inv = 1.0 / np.sqrt(s.n_embd)
-    add("token_embd.weight", weight(n_vocab, s.n_embd, scale=1.0))
+    add("token_embd.weight", weight(n_vocab, s.n_embd, scale=1.0)[order])
     for i in range(s.n_layer):
         add(f"blk.{i}.attn_norm.weight", np.ones(s.n_embd, dtype=np.float32))
         add(f"blk.{i}.attn_q.weight", weight(s.n_embd, s.n_embd, scale=inv))
@@ -103,7 +111,7 @@ def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: floa
         add(f"blk.{i}.ffn_down.weight", weight(s.n_embd, s.n_ff, scale=1.0 / np.sqrt(s.n_ff)))
     add("output_norm.weight", np.ones(s.n_embd, dtype=np.float32))
     # A wide output layer spreads the logits so greedy choices are rarely near-ties.
-    add("output.weight", weight(n_vocab, s.n_embd, scale=4.0 * inv))
+    add("output.weight", weight(n_vocab, s.n_embd, scale=4.0 * inv)[order])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

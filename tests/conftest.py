@@ -27,6 +27,13 @@ def draft_path(models_dir) -> pathlib.Path:
     return pathlib.Path(write_synthetic_model(models_dir / "draft.gguf", seed=0, noise=0.15, noise_seed=7))
 
 
+@pytest.fixture(scope="session")
+def shuffled_draft_path(models_dir) -> pathlib.Path:
+    """``draft_path``'s model with its tokens under other ids: a draft that needs token mapping."""
+    return pathlib.Path(write_synthetic_model(models_dir / "shuffled-draft.gguf", seed=0, noise=0.15, noise_seed=7,
+                                              shuffle_vocab=3))
+
+
 @pytest.fixture
 def write_config(tmp_path):
     """Write a TOML config (dedented) into a fresh folder; return its path."""

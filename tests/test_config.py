@@ -83,6 +83,12 @@ BAD = [
     ('[target]\nmodel = "{t}"\n[plugins]\nmodules = ["no_such_module_x"]\n',
      "[plugins] modules: cannot import 'no_such_module_x' (ModuleNotFoundError"),
     ('[target\nmodel = 1\n', "invalid TOML"),
+    ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "draft-model"\nmodel = "{t}"\n[drafter.replace]\n"<|im_end|>" = 1\n',
+     "drafter[0] (type 'draft-model').replace: expected a table of strings, got {'<|im_end|>': 1}"),
+    ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "draft-model"\nmodel = "{t}"\ntoken_mapping = "yes"\n',
+     "drafter[0] (type 'draft-model').token_mapping: expected a string (one of 'auto', 'always', 'never'), got 'yes'"),
+    ('[target]\nmodel = "{t}"\n[speculative]\nacceptance = "greedy"\n',
+     "speculative.acceptance: expected a string (one of 'rejection', 'match'), got 'greedy'"),
 ]
 
 

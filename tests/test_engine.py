@@ -14,6 +14,7 @@ DRAFTERS = {
     "prompt-lookup": '[[drafter]]\ntype = "prompt-lookup"\n',
     "ngram-simple": '[[drafter]]\ntype = "ngram-simple"\nn = 2\nm = 8\n',
     "draft-model": '[[drafter]]\ntype = "draft-model"\nmodel = "{draft}"\np_min = 0.2\n',
+    "draft-model (token mapping)": '[[drafter]]\ntype = "draft-model"\nmodel = "{shuffled_draft}"\np_min = 0.2\n',
     "ngram-map-k": '[[drafter]]\ntype = "ngram-map-k"\nn = 2\nm = 6\n',
     "ngram-map-k4v": '[[drafter]]\ntype = "ngram-map-k4v"\nn = 2\nm = 3\n',
     "ngram-mod": '[[drafter]]\ntype = "ngram-mod"\nn_match = 3\nn_min = 2\nn_max = 8\n',
@@ -26,7 +27,7 @@ DRAFTERS = {
 
 
 @pytest.fixture
-def engine_for(write_config, target_path, draft_path):
+def engine_for(write_config, target_path, draft_path, shuffled_draft_path):
     engines = []
 
     def make(drafters: str = "", extra: str = "", n_ctx: int = 1024, max_tokens: int = 200,
@@ -39,7 +40,7 @@ def engine_for(write_config, target_path, draft_path):
             [generation]
             max_tokens = {max_tokens}
             [speculative]
-            """ + speculative + "\n" + extra + "\n" + drafters.format(draft=draft_path))
+            """ + speculative + "\n" + extra + "\n" + drafters.format(draft=draft_path, shuffled_draft=shuffled_draft_path))
         engine = Engine.from_config(config)
         engines.append(engine)
         return engine
@@ -228,3 +229,12 @@ def test_adaptive_draft_lengths_keep_the_output_and_hold_back_poor_drafters(engi
     drafters = spec.stats.drafters
     assert sum(d["held_back"] for d in drafters.values()) > 0
     assert spec.stats.n_accepted > 0
+
+
+def test_a_draft_of_another_vocabulary_drafts_through_token_mapping(engine_for):
+    engine = engine_for(DRAFTERS["draft-model (token mapping)"])
+    plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True)
+    spec = engine.generate(PROMPT, raw=True)
+    assert spec.tokens == plain.tokens
+    stats = spec.stats.drafters["draft-model"]
+    assert stats["note"].startswith("token mapping: token") and stats["accepted_tokens"] > 0

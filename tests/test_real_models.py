@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from specframe.cli import main
 from specframe.engine import Engine
 from specframe.errors import ModelError
+from specframe.bench.workloads import workload
 from specframe.lossless import compare
 
 pytestmark = pytest.mark.real_model
@@ -68,7 +69,7 @@ def test_qwen_answers_the_example_prompt_from_the_cli():
     assert data["stats"]["n_accepted"] > 0
 
 
-def test_a_draft_model_with_another_vocabulary_is_refused(write_config):
+def test_a_draft_model_with_another_vocabulary_is_refused_without_token_mapping(write_config):
     config = write_config("""
         [target]
         model = "qwen2.5-coder-0.5b-instruct-q4_k_m"
@@ -76,9 +77,24 @@ def test_a_draft_model_with_another_vocabulary_is_refused(write_config):
         [[drafter]]
         type = "draft-model"
         model = "smollm2-135m-instruct-q4_1"
+        token_mapping = "never"
         """)
-    with Engine.from_config(config) as engine, pytest.raises(ModelError, match="needs the target's vocabulary"):
+    with Engine.from_config(config) as engine, pytest.raises(ModelError, match="vocabulary sizes differ"):
         engine.generate("hi", max_tokens=4)
+
+
+@pytest.mark.parametrize("config", ["examples/token-mapping-smollm2.toml", "examples/token-mapping-gemma3.toml"],
+                         ids=["smollm2-135m", "gemma3-270m"])
+def test_a_draft_of_another_family_drafts_for_qwen_through_token_mapping(config, tmp_path):
+    with Engine.from_config(with_fixed_lengths(REPO / config, tmp_path)) as engine:
+        for prompt in (CODE_EDIT, CODE_GEN):
+            plain = engine.generate(prompt, speculative=False, max_tokens=64, track_margins=True)
+            spec = engine.generate(prompt, max_tokens=64)
+            verdict = compare(plain, spec, engine)
+            assert verdict.ok, str(verdict)
+            drafter = spec.stats.drafters["draft-model"]
+            assert drafter["note"].startswith("token mapping:")
+            assert spec.stats.acceptance_rate > 0.2 and spec.stats.tokens_per_pass > 1.3, spec.stats.as_dict()
 
 
 def test_smollm_stops_at_end_of_generation_and_drafts_repetition(write_config):
@@ -109,7 +125,7 @@ NGRAM_FAMILY = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ng
 
 def test_every_ngram_drafter_is_accepted_on_a_code_editing_prompt(tmp_path):
     """The draftless drafters at llama.cpp's defaults, from a config, on the real Qwen 1.5B target."""
-    prompt = (REPO / "benchmarks/prompts/code_editing.txt").read_text()
+    prompt = workload("code-editing").prompt
     with Engine.from_config(with_fixed_lengths(REPO / "examples/all-draftless.toml", tmp_path)) as engine:
         plain = engine.generate(prompt, speculative=False, max_tokens=160, track_margins=True)
         for name in NGRAM_FAMILY:

@@ -1,10 +1,16 @@
-"""draft-model: a smaller model of the same vocabulary drafts greedily (llama.cpp's draft-simple).
+"""draft-model: a smaller model drafts (llama.cpp's draft-simple), directly or through token mapping.
 
 Its own context mirrors the committed history incrementally: each call compares only the tokens added since
 the last call with what its KV memory holds, keeps the matching part (including draft tokens the target
 accepted), drops the rest and evaluates just the new tokens. The prompt is evaluated in ``begin`` (counted as
-prompt processing), and a prefix shared with the previous request is kept. Drafting takes the top token while its probability is at
-least ``p_min``, up to ``n_max`` tokens; drafts shorter than ``n_min`` are dropped.
+prompt processing), and a prefix shared with the previous request is kept.
+
+Drafting takes the top token while its probability is at least ``p_min``, up to ``n_max`` tokens; drafts
+shorter than ``n_min`` are dropped. When the engine accepts by rejection sampling (``self.sampling`` is set), the
+draft samples its tokens with the target's temperature / top-k / top-p instead and returns their distributions.
+
+Vocabularies: llama.cpp's compatibility check decides. A compatible draft drafts token ids directly; any other
+drafts through text (token_mapping.py), with the ``replace`` table turning target text into the draft's dialect.
 
 Difference from llama.cpp: its p_min is tested on probabilities renormalised over the top 10 candidates; here
 it is the probability over the whole vocabulary, which is what p_min means (slightly stricter).
@@ -16,21 +22,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specframe.drafters.token_mapping import TokenMapping
 from specframe.drafting import NO_DRAFT, Draft, Drafter, DrafterEnv
 from specframe.errors import ModelError
 from specframe.hookspecs import hookimpl
 from specframe.llama import Context, Model
 from specframe.params import param
+from specframe.sampling import TokenSampler
+
+DRAFT_STREAM = 1   # the draft's own random stream (the target samples from stream 0)
 
 
 @dataclass(frozen=True)
 class DraftModelParams:
-    model: str = param(help="catalog name or GGUF path of the draft model (same vocabulary as the target)",
-                       model=True)
+    model: str = param(help="catalog name or GGUF path of the draft model", model=True)
     n_max: int = param(16, min=1, help="longest draft")
     n_min: int = param(0, min=0, help="drafts shorter than this are dropped")
     p_min: float = param(0.75, min=0.0, max=1.0, help="stop drafting when the top token is less likely")
-    n_ctx: int = param(0, min=0, help="draft context size (0: the target's)")
+    n_ctx: int = param(0, min=0, help="draft context size (0: the target's; twice that with token mapping)")
+    token_mapping: str = param("auto", choices=("auto", "always", "never"),
+                               help="draft through text: auto = when the vocabularies are incompatible")
+    replace: dict = param({}, help="TARGET = DRAFT text replacements for token mapping, e.g. chat markers")
 
 
 class DraftModelDrafter(Drafter):
@@ -42,60 +54,99 @@ class DraftModelDrafter(Drafter):
         super().__init__(params, env)
         path = env.resolve_model(params.model)
         self.model = Model(path, n_gpu_layers=env.n_gpu_layers)
-        reason = env.target.vocab.incompatibility(self.model.vocab)
-        if reason:
+        target = env.target.vocab
+        reason = target.incompatibility(self.model.vocab)
+        if reason and params.token_mapping == "never":
             self.model.close()
-            raise ModelError(f"draft model {path.name} cannot draft for target {env.target.path}: {reason}; "
-                             "a draft model needs the target's vocabulary")
-        self.context = Context(self.model, n_ctx=params.n_ctx or env.n_ctx, n_threads=env.n_threads)
+            raise ModelError(f"draft model {path.name} cannot draft token ids for target {env.target.path}: "
+                             f"{reason}; set token_mapping = \"auto\" to draft through text")
+        self.mapping = None
+        if reason or params.token_mapping == "always":
+            self.mapping = TokenMapping(target, self.model.vocab, params.replace)
+            self.note = f"token mapping: {reason or 'as configured'}"
+        n_ctx = params.n_ctx or (2 * env.n_ctx if self.mapping else env.n_ctx)
+        self.context = Context(self.model, n_ctx=n_ctx, n_threads=env.n_threads)
+        self._n_target_vocab = target.n_tokens
         self._kv = np.empty(self.context.n_ctx, dtype=np.int32)   # the tokens held in the draft's KV memory
         self._n_kv = 0
-        self._n_synced = 0    # history tokens known to match the KV memory
+        self._n_synced = 0    # leading tokens of the last synced sequence known to match the KV memory
+        self._sampler: TokenSampler | None = None
 
     def begin(self, prompt: np.ndarray) -> None:
         """Evaluate the prompt now, with the target's prompt processing (as llama.cpp feeds its draft context),
         so drafting starts in step; a prefix shared with the last request stays in memory."""
         self._n_synced = 0
-        if len(prompt) and len(prompt) <= self.context.n_ctx:
-            self._sync(prompt)
+        self._sampler = TokenSampler(self.sampling, DRAFT_STREAM) if self.sampling and not self.mapping else None
+        if self.mapping is not None:
+            self.mapping.reset()
+        tokens, _ = self._view(prompt)
+        if 0 < len(tokens) <= self.context.n_ctx:
+            self._sync(tokens, 0)
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
-        length = len(history)
-        n_max = min(n_max, self.params.n_max, self.context.n_ctx - length)
-        if n_max <= 0:
+        tokens, unchanged = self._view(history)
+        length = len(tokens)
+        wanted = min(n_max, self.params.n_max) + (self.mapping is not None)   # mapping drops an unsure last token
+        wanted = min(wanted, self.context.n_ctx - length)
+        if wanted <= 0:
             return NO_DRAFT
-        logits = self._sync(history)
-        top_p_min = self.params.p_min
-        tokens: list[int] = []
-        while True:
-            token = int(np.argmax(logits))
-            probability = 1.0 / float(np.exp(logits - logits[token]).sum())
-            if probability < top_p_min:
-                break
-            tokens.append(token)
-            if len(tokens) >= n_max:
-                break
-            position = length + len(tokens) - 1
-            logits = self.context.decode([token], position)[0]
-            self._kv[position] = token
-            self._n_kv = position + 1
-        if len(tokens) < max(1, self.params.n_min):
+        logits = self._sync(tokens, unchanged)
+        drafted, probs, ended = self._generate(logits, length, wanted)
+        if self.mapping is not None:
+            drafted = self.mapping.back(drafted, history, min(n_max, self.params.n_max), complete=ended)
+        if len(drafted) < max(1, self.params.n_min):
             return NO_DRAFT
-        return Draft.of(tokens)
+        return Draft.of(drafted, probs)
 
-    def _sync(self, history: np.ndarray) -> np.ndarray:
-        """Bring the KV memory in line with ``history``; return the logits after its last token."""
-        length = len(history)
-        if length < self._n_synced:     # a new request that skipped begin(): compare from the start
-            self._n_synced = 0
-        start, stop = self._n_synced, min(self._n_kv, length)
-        mismatch = np.flatnonzero(self._kv[start:stop] != history[start:stop])
+    def _view(self, history: np.ndarray) -> tuple[np.ndarray, int]:
+        """The history in the draft's tokens, and how many leading ones are as the last call saw them."""
+        if self.mapping is not None:
+            return self.mapping.update(history)
+        return history, self._n_synced if len(history) >= self._n_synced else 0
+
+    def _generate(self, logits: np.ndarray, position: int, n: int) -> tuple[list[int], np.ndarray | None, bool]:
+        """Draft up to ``n`` tokens from ``logits`` on; return them, their distributions when sampled, and
+        whether the draft ended the turn."""
+        sampler = self._sampler
+        tokens: list[int] = []
+        probs = np.zeros((n, self._n_target_vocab), dtype=np.float32) if sampler else None
+        ended = False
+        while len(tokens) < n:
+            logits = logits[:self._n_target_vocab]        # a draft vocabulary may be a little larger
+            if sampler is not None:
+                ids, p = sampler.candidates(logits)
+                top = float(p[0])
+                token = sampler.draw(ids, p)
+            else:
+                token = int(np.argmax(logits))
+                top = 1.0 / float(np.exp(logits - logits[token]).sum())
+            if top < self.params.p_min:
+                break
+            if probs is not None:
+                probs[len(tokens), ids] = p
+            tokens.append(token)
+            if self.model.vocab.is_eog(token):
+                ended = True
+                break
+            if len(tokens) < n:
+                position_of_token = position + len(tokens) - 1
+                logits = self.context.decode([token], position_of_token)[0]
+                self._kv[position_of_token] = token
+                self._n_kv = position_of_token + 1
+        return tokens, (probs[:len(tokens)] if probs is not None else None), ended
+
+    def _sync(self, tokens: np.ndarray, unchanged: int) -> np.ndarray:
+        """Bring the KV memory in line with ``tokens``, whose first ``unchanged`` are as last synced; return
+        the logits after the last token."""
+        length = len(tokens)
+        start, stop = min(unchanged, self._n_synced), min(self._n_kv, length)
+        mismatch = np.flatnonzero(self._kv[start:stop] != tokens[start:stop])
         common = start + int(mismatch[0]) if mismatch.size else max(start, stop)
         common = min(common, length - 1)     # the last token is always evaluated: its logits start the draft
         if common < self._n_kv:
             self.context.truncate(common)
-        logits = self.context.decode(history[common:], common)[-1]
-        self._kv[common:length] = history[common:]
+        logits = self.context.decode(tokens[common:], common)[-1]
+        self._kv[common:length] = tokens[common:]
         self._n_kv = self._n_synced = length
         return logits
 

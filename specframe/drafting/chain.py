@@ -15,6 +15,7 @@ import numpy as np
 
 from specframe.drafting.budget import AcceptanceEstimate, VerifyCost
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter
+from specframe.sampling import SamplingParams
 
 log = logging.getLogger("specframe.drafting")
 
@@ -62,8 +63,10 @@ class DrafterChain:
         self._winner: ChainEntry | None = None
         self._winner_draft = (0, 0.0)   # (tokens, seconds) of the winning draft
 
-    def begin(self, prompt: np.ndarray) -> None:
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
+        """A request starts: each drafter learns how it is sampled (``Drafter.sampling``) and sees the prompt."""
         for entry in self._active():
+            entry.drafter.sampling = sampling
             start = time.perf_counter()
             self._guard(entry, "begin", entry.drafter.begin, prompt)
             entry.stats.begin_ms += (time.perf_counter() - start) * 1e3
@@ -112,7 +115,8 @@ class DrafterChain:
             self._guard(entry, "close", entry.drafter.close)
 
     def stats(self) -> dict[str, dict]:
-        return {e.label: e.stats.as_dict() | ({"disabled": e.disabled} if e.disabled else {}) for e in self.entries}
+        return {e.label: e.stats.as_dict() | ({"note": e.drafter.note} if e.drafter.note else {})
+                | ({"disabled": e.disabled} if e.disabled else {}) for e in self.entries}
 
     def _active(self):
         return (e for e in self.entries if e.disabled is None)

@@ -16,6 +16,7 @@ import numpy as np
 
 if TYPE_CHECKING:  # only for annotations: drafting itself never touches libllama
     from specframe.llama import Model
+    from specframe.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,12 @@ class Drafter:
     name: ClassVar[str]
     Params: ClassVar[type] = NoParams
     uses_model: ClassVar[bool] = False
+    # Set by the chain before each begin(): the target's sampling settings when the engine accepts drafts by
+    # rejection sampling (a drafter that samples its tokens then returns their distributions in Draft.probs),
+    # None when it accepts by matching (greedy decoding, or sample-and-match): then draft the likeliest tokens.
+    sampling: "SamplingParams | None" = None
+    # A short remark for the statistics (e.g. how the drafter works with this target), or None.
+    note: str | None = None
 
     def __init__(self, params, env: DrafterEnv):
         self.params = params

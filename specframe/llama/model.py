@@ -161,10 +161,10 @@ class Vocab:
             return self._ffi.unpack(buf, n)
         return self._ffi.unpack(self._piece_buf, n)
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> np.ndarray:
-        """Text -> int32 token ids; ``add_special`` adds BOS/EOS as the model asks, ``parse_special`` reads
-        markers like <|im_start|> as the special tokens they name."""
-        data = text.encode("utf-8")
+    def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> np.ndarray:
+        """Text (or UTF-8 bytes) -> int32 token ids; ``add_special`` adds BOS/EOS as the model asks,
+        ``parse_special`` reads markers like <|im_start|> as the special tokens they name."""
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
         capacity = len(data) + 8
         out = np.empty(capacity, dtype=np.int32)
         ptr = self._ffi.from_buffer("llama_token[]", out)

@@ -1,0 +1,174 @@
+"""Lossless stochastic acceptance: the emitted tokens follow the target's distribution, with or without drafts.
+
+Significance level: every goodness-of-fit test below rejects losslessness at p < ALPHA. The seeds are fixed,
+so a run is reproducible; each test also shows it has the power to fail, on a deliberately lossy acceptance.
+"""
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+import specframe.engine
+from specframe.engine import Engine
+from specframe.sampling import SamplingParams, TokenSampler, verify
+
+ALPHA = 1e-3
+
+
+def goodness_of_fit(counts: dict, expected: dict) -> float:
+    """p-value of observed sequence counts against exact probabilities (cells with < 5 expected pooled)."""
+    n = sum(counts.values())
+    keys = sorted(expected, key=expected.get, reverse=True)
+    observed, predicted, pooled_o, pooled_e = [], [], 0, 0.0
+    for key in keys:
+        if expected[key] * n >= 5:
+            observed.append(counts.get(key, 0))
+            predicted.append(expected[key] * n)
+        else:
+            pooled_o += counts.get(key, 0)
+            pooled_e += expected[key] * n
+    pooled_o += sum(c for k, c in counts.items() if k not in expected)   # impossible under the target
+    observed.append(pooled_o)
+    predicted.append(max(pooled_e, 1e-9))
+    predicted = np.array(predicted) * n / sum(predicted)
+    return float(chisquare(observed, predicted).pvalue)
+
+
+# --- one verification step, on hand-made distributions ---------------------------------------------------------
+
+P = np.array([0.5, 0.3, 0.15, 0.05, 0.0])        # the target (temperature 1, no truncation: logits = log p)
+Q = np.array([0.1, 0.2, 0.3, 0.1, 0.3])          # the draft, far from it, with mass where p has none
+
+
+def first_tokens(acceptance: str, n: int = 40000) -> tuple[dict, float]:
+    sampler = TokenSampler(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=5))
+    draft_rng = np.random.default_rng(6)
+    logits = np.log(np.maximum(P, 1e-30)).astype(np.float32)[None].repeat(2, axis=0)
+    counts, accepted = {}, 0
+    for _ in range(n):
+        token = int(draft_rng.choice(len(Q), p=Q))
+        n_accepted, emitted = verify(logits, np.array([token]), Q[None].astype(np.float32), sampler, acceptance)
+        counts[(emitted[0],)] = counts.get((emitted[0],), 0) + 1
+        accepted += n_accepted
+    return counts, accepted / n
+
+
+@pytest.mark.parametrize("acceptance", ["rejection", "match"])
+def test_one_step_emits_the_target_distribution_whatever_the_draft(acceptance):
+    counts, rate = first_tokens(acceptance)
+    expected = {(i,): float(p) for i, p in enumerate(P) if p > 0}
+    assert goodness_of_fit(counts, expected) > ALPHA
+    assert (4,) not in counts                       # never a token the target rules out
+    if acceptance == "rejection":
+        assert rate == pytest.approx(np.minimum(P, Q).sum(), abs=0.01)   # the optimum, sum of min(p, q)
+
+
+def test_the_goodness_of_fit_test_catches_a_lossy_acceptance():
+    counts, _ = first_tokens("rejection", n=4000)
+    skewed = dict(counts)
+    skewed[(2,)] = skewed.get((2,), 0) + 400        # 10 % too many of one token
+    expected = {(i,): float(p) for i, p in enumerate(P) if p > 0}
+    assert goodness_of_fit(skewed, expected) < ALPHA
+
+
+# --- whole generations on a synthetic model ---------------------------------------------------------------------
+
+SAMPLING = dict(temperature=1.0, top_k=3, top_p=1.0)
+LENGTH = 3
+PROMPT = "the quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory, target_path, draft_path):
+    config = tmp_path_factory.mktemp("sampling") / "config.toml"
+    config.write_text(f"""
+[target]
+model = "{target_path}"
+n_ctx = 256
+[sampling]
+temperature = 1.0
+top_k = 3
+top_p = 1.0
+[speculative]
+adaptive = false
+[[drafter]]
+type = "draft-model"
+model = "{draft_path}"
+p_min = 0.0
+""")
+    with Engine.from_config(config) as engine:
+        yield engine
+
+
+def exact_distribution(engine: Engine) -> dict:
+    """Every sequence of LENGTH tokens (or ending in end-of-generation) and its probability under the target,
+    from one-token-at-a-time evaluation."""
+    sampler = TokenSampler(SamplingParams(**SAMPLING))
+    prompt = engine.prompt_tokens(PROMPT, raw=True)
+    context = engine.context
+    result = {}
+
+    def expand(prefix: tuple, probability: float) -> None:
+        if len(prefix) == LENGTH or (prefix and engine.vocab.is_eog(prefix[-1])):
+            result[tuple(t for t in prefix if not engine.vocab.is_eog(t))] = probability
+            return
+        context.clear()
+        logits = context.decode(np.concatenate([prompt, np.array(prefix, dtype=np.int32)]), 0)[-1]
+        for token, p in zip(*sampler.candidates(logits)):
+            expand(prefix + (int(token),), probability * float(p))
+
+    expand((), 1.0)
+    return result
+
+
+def sampled(engine: Engine, n: int, max_tokens: int = LENGTH, **options) -> tuple[dict, float]:
+    counts, accepted, drafted = {}, 0, 0
+    for seed in range(n):
+        result = engine.generate(PROMPT, raw=True, max_tokens=max_tokens, seed=seed, **options)
+        key = tuple(result.tokens)
+        counts[key] = counts.get(key, 0) + 1
+        accepted += result.stats.n_accepted
+        drafted += result.stats.n_drafted
+    return counts, accepted / max(drafted, 1)
+
+
+@pytest.fixture(scope="module")
+def exact(engine):
+    distribution = exact_distribution(engine)
+    assert sum(distribution.values()) == pytest.approx(1.0)
+    assert len(distribution) >= 9                   # a test over a real spread of sequences
+    return distribution
+
+
+@pytest.mark.parametrize("options", [dict(speculative=False), dict(acceptance="rejection"),
+                                     dict(acceptance="match")], ids=["plain", "rejection", "match"])
+def test_generated_sequences_follow_the_target_distribution(engine, exact, options):
+    counts, rate = sampled(engine, 2000, **options)
+    assert goodness_of_fit(counts, exact) > ALPHA, counts
+    if options.get("speculative", True):
+        assert rate > 0.2, "drafts were hardly accepted: the test would not exercise acceptance"
+
+
+def test_a_lossy_acceptance_is_caught(engine, exact, monkeypatch):
+    """Accepting every draft token (emitting the draft's distribution) must fail the same test."""
+
+    def accept_everything(logits, tokens, draft_probs, sampler, acceptance="rejection"):
+        return len(tokens), [int(t) for t in tokens] + [sampler.sample(logits[len(tokens)])]
+
+    monkeypatch.setattr(specframe.engine, "verify", accept_everything)
+    counts, _ = sampled(engine, 2000, acceptance="rejection")
+    assert goodness_of_fit(counts, exact) < ALPHA
+
+
+def test_rejection_sampling_accepts_more_draft_model_tokens_than_sample_and_match(engine):
+    _, by_rejection = sampled(engine, 40, max_tokens=30, acceptance="rejection")
+    _, by_matching = sampled(engine, 40, max_tokens=30, acceptance="match")
+    assert by_rejection > 1.3 * by_matching, (by_rejection, by_matching)
+
+
+def test_rejection_sampling_is_reproducible_with_a_seed(engine):
+    first = engine.generate(PROMPT, raw=True, max_tokens=40, seed=11)
+    again = engine.generate(PROMPT, raw=True, max_tokens=40, seed=11)
+    other = engine.generate(PROMPT, raw=True, max_tokens=40, seed=12)
+    assert first.tokens == again.tokens != other.tokens
+    assert first.stats.n_drafted > 0
