@@ -1,4 +1,4 @@
-"""The command line: ``specframe run | plugins | models | ngram``."""
+"""The command line: ``specframe run | bench | plugins | models | ngram``."""
 
 from __future__ import annotations
 
@@ -70,6 +70,44 @@ def run(config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec
             click.echo(format_stats(result, speculative=not no_spec), err=True)
     if result.stop_reason == "interrupted":
         sys.exit(130)
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="TOML config file: its target and drafters are measured.")
+@click.option("-w", "--workload", "workload_specs", multiple=True, metavar="NAME|FILE",
+              help="A built-in workload (code-editing, quoting, code-generation, open-prose) or a prompt file; "
+                   "repeatable (default: all built-in ones).")
+@click.option("-r", "--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per strategy; tokens/s is their median.")
+@click.option("-n", "--max-tokens", type=click.IntRange(min=1), help="Token budget of every workload.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the rows as JSON to this file.")
+@click.option("--plot", "plot_out", type=click.Path(dir_okay=False), help="Draw the speedups into this PNG.")
+def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
+    """Plain decoding vs each drafter, the chain and the oracle, greedy, on the config's target."""
+    from tqdm import tqdm
+
+    from specframe.bench.report import format_table, plot
+    from specframe.bench.runner import run_bench, strategies
+    from specframe.bench.workloads import workloads
+    from specframe.engine import Engine
+
+    chosen = workloads(workload_specs, max_tokens)
+    with Engine.from_config(config_path) as engine:
+        total = len(chosen) * len(strategies(engine)) * repeat
+        with tqdm(total=total, unit="run", file=sys.stderr) as bar:
+            def progress(label):
+                bar.set_postfix_str(label)
+                bar.update()
+
+            rows = run_bench(engine, chosen, repeat, progress)
+    click.echo(format_table(rows))
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump({"config": str(config_path), "repeat": repeat, "rows": [r.as_dict() for r in rows]}, f, indent=2)
+    if plot_out:
+        plot(rows, plot_out)
+        click.echo(f"plot: {plot_out}", err=True)
 
 
 @main.command()

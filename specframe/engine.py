@@ -7,8 +7,10 @@ decides, so the output is the target's whatever the drafts are (DESIGN.md §3).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import pathlib
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterator, Sequence
@@ -16,11 +18,12 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from specframe.config import Config, load_config
-from specframe.drafting import NO_DRAFT, ChainEntry, Draft, DrafterChain, DrafterEnv, DrafterStats
+from specframe.drafting import NO_DRAFT, ChainEntry, Drafter, DrafterChain, DrafterEnv, DrafterStats
 from specframe.drafting.budget import VerifyCost
 from specframe.errors import SpecframeError
-from specframe.llama import Context, ContextFullError, Model, default_threads
+from specframe.llama import Context, ContextFullError, Model, default_threads, library_prefix
 from specframe.models import resolve_model
+from specframe.paths import cache_dir
 from specframe.sampling import ACCEPTANCE_MODES, TokenSampler, top2_margin, verify
 from specframe.text import TextStream
 
@@ -119,8 +122,17 @@ class Engine:
         self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_threads=self.n_threads)
         self.vocab = self.model.vocab
         self._chain: DrafterChain | None = None
-        # The target's measured cost per pass size, kept across requests: it belongs to the model and machine.
-        self.verify_cost = VerifyCost() if config.speculative.adaptive else None
+        # The target's measured cost per pass size belongs to the model, the build and the machine: it is kept
+        # across requests and runs.
+        self._verify_cost_path = cache_dir() / "verify-cost" / f"{self._cost_key()}.json"
+        self.verify_cost = VerifyCost.load(self._verify_cost_path) if config.speculative.adaptive else None
+
+    def _cost_key(self) -> str:
+        t, path = self.config.target, pathlib.Path(self.model.path)
+        stat = path.stat()
+        identity = (f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{self.n_threads}:{t.n_batch}:"
+                    f"{t.n_gpu_layers}:{library_prefix()}")
+        return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
     @classmethod
     def from_config(cls, path: str | os.PathLike) -> "Engine":
@@ -145,10 +157,12 @@ class Engine:
     def stream(self, prompt: str | Sequence[int], *, max_tokens: int | None = None,
                temperature: float | None = None, seed: int | None = None, speculative: bool = True,
                raw: bool = False, stop: Sequence[str] | None = None, track_margins: bool = False,
-               drafters: Sequence[str] | None = None, acceptance: str | None = None) -> Generation:
+               drafters: Sequence[str] | None = None, acceptance: str | None = None,
+               chain: DrafterChain | None = None) -> Generation:
         """Start a request. ``prompt`` is text (chat-templated unless ``raw``) or token ids (used as they are).
-        ``drafters`` names the configured drafters to use for this request, in their chain order (default: all);
-        ``acceptance`` overrides [speculative] acceptance ("rejection" or "match") when sampling."""
+        ``drafters`` names the configured drafters to use for this request, in their chain order (default: all),
+        or ``chain`` gives drafters made elsewhere (``chain_of``); ``acceptance`` overrides [speculative]
+        acceptance ("rejection" or "match") when sampling."""
         gen_cfg = self.config.generation
         sampling = self.config.sampling
         if temperature is not None:
@@ -162,7 +176,8 @@ class Engine:
         acceptance = acceptance or self.config.speculative.acceptance
         if acceptance not in ACCEPTANCE_MODES:
             raise SpecframeError(f"acceptance {acceptance!r}: expected one of {', '.join(ACCEPTANCE_MODES)}")
-        chain = self.chain(drafters) if speculative and self.config.speculative.enabled else None
+        if chain is None and speculative and self.config.speculative.enabled:
+            chain = self.chain(drafters)
         stops = list(gen_cfg.stop if stop is None else stop)
         return Generation(lambda generation: self._run(generation, tokens, max_tokens or gen_cfg.max_tokens,
                                                        TokenSampler(sampling), acceptance, chain, stops,
@@ -191,11 +206,18 @@ class Engine:
                                 drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
                     continue
                 entries.append(ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats()))
-            self._chain = DrafterChain(entries, self.vocab.n_tokens, self.config.speculative.n_min, self.verify_cost)
+            self._chain = self._new_chain(entries)
         if names is None or self._chain is None:
             return self._chain
-        return DrafterChain([e for e in self._chain.entries if e.label in names], self.vocab.n_tokens,
-                            self.config.speculative.n_min, self.verify_cost)
+        return self._new_chain([e for e in self._chain.entries if e.label in names])
+
+    def chain_of(self, drafters: dict[str, Drafter], plugin: str = "(not a plugin)") -> DrafterChain:
+        """A chain of drafters made outside the config (the benchmark's oracle), with this engine's settings."""
+        return self._new_chain([ChainEntry(label, drafter, plugin, DrafterStats())
+                                for label, drafter in drafters.items()])
+
+    def _new_chain(self, entries: list[ChainEntry]) -> DrafterChain:
+        return DrafterChain(entries, self.vocab.n_tokens, self.config.speculative.n_min, self.verify_cost)
 
     def _run(self, generation: Generation, prompt: np.ndarray, max_tokens: int, sampler: TokenSampler,
              acceptance: str, chain: DrafterChain | None, stops: list[str], track_margins: bool) -> Iterator[str]:
@@ -224,6 +246,8 @@ class Engine:
             ctx.decode(prompt[:-1], 0)
         n_past = prompt.size - 1
         if chain is not None:
+            if self.verify_cost is not None:
+                self._calibrate(n_past, min(n_max_config + 1, n_ctx - n_past))
             # Drafters sample (and give their distributions) only where rejection sampling will use them.
             chain.begin(prompt, None if sampler.greedy or acceptance == "match" else sampler.params)
         stats.prompt_seconds = time.perf_counter() - start
@@ -289,7 +313,26 @@ class Engine:
         if tail and stop_reason != "interrupted":
             yield tail
 
+    def _calibrate(self, n_past: int, largest: int) -> None:
+        """Time one target pass of every size a verification may need (once per model, build and machine:
+        the result is saved): the cost model must not judge a draft length by a guess."""
+        ctx, filler = self.context, np.full(largest, self.vocab.bos if self.vocab.bos >= 0 else 0, dtype=np.int32)
+
+        def run_pass(n: int) -> float:
+            start = time.perf_counter()
+            ctx.decode(filler[:n], n_past, all_logits=True)
+            seconds = time.perf_counter() - start
+            ctx.truncate(n_past)
+            return seconds
+
+        self.verify_cost.calibrate(run_pass, range(1, largest + 1))
+
     def close(self) -> None:
+        if self.verify_cost is not None and self.verify_cost.measured:
+            try:
+                self.verify_cost.save(self._verify_cost_path)
+            except OSError as exc:
+                log.warning("could not save the measured pass costs to %s: %s", self._verify_cost_path, exc)
         if self._chain is not None:
             self._chain.close()
             self._chain = None

@@ -118,3 +118,32 @@ def test_ngram_build_merge_and_stats(tmp_path, target_path):
     (tmp_path / "bad.ngc").write_bytes(b"SFNGRAM\0" + b"\1" * 10)
     bad = run("ngram", "stats", str(tmp_path / "bad.ngc"))
     assert bad.exit_code == 1 and "bad.ngc" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_bench_measures_every_strategy_against_plain_and_the_oracle(config, tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    prompt = tmp_path / "mine.txt"
+    prompt.write_text("the quick brown fox jumps over the lazy dog, the quick brown fox")
+    result = run("bench", "-c", str(config), "-w", "code-generation", "-w", str(prompt), "-n", "24", "-r", "2",
+                 "--json", str(out), "--plot", str(png))
+    assert result.exit_code == 0, result.output
+    header = result.stdout.splitlines()[0].split()
+    assert header[:4] == ["workload", "strategy", "tokens", "tok/s"] and "lossless" in header
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["workload"], r["strategy"]) for r in rows] == [
+        (w, s) for w in ("code-generation", "mine") for s in ("plain", "prompt-lookup", "draft-model", "chain", "oracle")]
+    for row in rows:
+        assert row["tokens"] == 24 and row["tokens_per_second"] > 0 and row["peak_rss_mib"] > 0
+        if row["strategy"] == "plain":
+            assert row["speedup"] == 1.0 and row["passes_per_token"] == 1.0
+        else:
+            assert row["lossless"] == "identical"          # float32 synthetic model: exactly plain's output
+    oracles = [r for r in rows if r["strategy"] == "oracle"]
+    assert all(r["acceptance_rate"] == 1.0 and r["oracle_fraction"] == 1.0 for r in oracles)
+    assert all(r["passes_per_token"] < 0.5 for r in oracles)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_names_an_unknown_workload(config):
+    result = CliRunner().invoke(main, ["bench", "-c", str(config), "-w", "nonsense"])
+    assert result.exit_code != 0 and "workload 'nonsense': neither a built-in workload" in result.output

@@ -70,7 +70,7 @@ def test_sample_and_match_reproduces_plain_sampling_with_the_same_seed(engine_fo
     engine = engine_for(DRAFTERS["whole chain"])
     for seed in (1, 2):
         plain = engine.generate(PROMPT, speculative=False, raw=True, temperature=0.9, seed=seed)
-        spec = engine.generate(PROMPT, raw=True, temperature=0.9, seed=seed)
+        spec = engine.generate(PROMPT, raw=True, temperature=0.9, seed=seed, acceptance="match")
         assert spec.tokens == plain.tokens
         assert spec.stats.n_accepted > 0
     other = engine.generate(PROMPT, speculative=False, raw=True, temperature=0.9, seed=3)
@@ -225,7 +225,7 @@ def test_adaptive_draft_lengths_keep_the_output_and_hold_back_poor_drafters(engi
     plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True)
     spec = engine.generate(PROMPT, raw=True)
     assert compare(plain, spec).identical
-    assert engine.verify_cost.base is not None and engine.verify_cost.slope is not None
+    assert set(engine.verify_cost.measured) >= set(range(1, 18))     # calibrated: every pass size n_max + 1
     drafters = spec.stats.drafters
     assert sum(d["held_back"] for d in drafters.values()) > 0
     assert spec.stats.n_accepted > 0

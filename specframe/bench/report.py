@@ -1,0 +1,59 @@
+"""Benchmark results as a table, and as a chart of speedups (matplotlib, the optional 'plot' extra)."""
+
+from __future__ import annotations
+
+import os
+
+from specframe.bench.runner import PLAIN, BenchRow
+from specframe.errors import SpecframeError
+
+_COLUMNS = [  # header, width, cell
+    ("workload", 16, lambda r: r.workload),
+    ("strategy", 16, lambda r: r.strategy),
+    ("tokens", 6, lambda r: f"{r.tokens}"),
+    ("tok/s", 7, lambda r: f"{r.tokens_per_second:.2f}"),
+    ("speedup", 7, lambda r: f"{r.speedup:.2f}x"),
+    ("of oracle", 9, lambda r: "-" if r.oracle_fraction is None else f"{100 * r.oracle_fraction:.0f}%"),
+    ("accept", 6, lambda r: "-" if r.acceptance_rate is None else f"{100 * r.acceptance_rate:.0f}%"),
+    ("acc/draft", 9, lambda r: "-" if r.mean_accepted_length is None else f"{r.mean_accepted_length:.2f}"),
+    ("pass/tok", 8, lambda r: f"{r.passes_per_token:.2f}"),
+    ("drafting", 8, lambda r: f"{100 * r.drafting_share:.1f}%"),
+    ("peak MiB", 8, lambda r: f"{r.peak_rss_mib:.0f}"),
+    ("lossless", 0, lambda r: r.lossless),
+]
+
+
+def format_table(rows: list[BenchRow]) -> str:
+    def line(cells):
+        return "  ".join(f"{c:<{w}}" if i < 2 else f"{c:>{w}}" for i, ((_, w, _), c) in enumerate(zip(_COLUMNS, cells)))
+
+    out = [line([h for h, _, _ in _COLUMNS]).rstrip()]
+    for row in rows:
+        out.append(line([cell(row) for _, _, cell in _COLUMNS]).rstrip())
+    return "\n".join(out)
+
+
+def plot(rows: list[BenchRow], path: str | os.PathLike) -> None:
+    """Grouped bars: the speedup of each strategy over plain decoding, per workload."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SpecframeError("--plot needs matplotlib: pip install 'specframe[plot]'") from None
+    workloads = list(dict.fromkeys(r.workload for r in rows))
+    strategies = list(dict.fromkeys(r.strategy for r in rows if r.strategy != PLAIN))
+    speedup = {(r.workload, r.strategy): r.speedup for r in rows}
+    width = 0.8 / max(1, len(strategies))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(workloads) * max(1, len(strategies)) * 0.45), 4.5))
+    for i, strategy in enumerate(strategies):
+        xs = [w + (i - (len(strategies) - 1) / 2) * width for w in range(len(workloads))]
+        ax.bar(xs, [speedup.get((w, strategy), 0.0) for w in workloads], width, label=strategy)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_ylabel("speedup over plain decoding")
+    ax.set_title("specframe bench: greedy tokens/s relative to plain decoding")
+    ax.legend(fontsize="small", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
