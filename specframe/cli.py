@@ -90,17 +90,16 @@ def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
     from specframe.bench.report import format_table, plot
     from specframe.bench.runner import run_bench, strategies
     from specframe.bench.workloads import workloads
-    from specframe.engine import Engine
+    from specframe.config import load_config
 
     chosen = workloads(workload_specs, max_tokens)
-    with Engine.from_config(config_path) as engine:
-        total = len(chosen) * len(strategies(engine)) * repeat
-        with tqdm(total=total, unit="run", file=sys.stderr) as bar:
-            def progress(label):
-                bar.set_postfix_str(label)
-                bar.update()
+    config = load_config(config_path)
+    with tqdm(total=len(chosen) * len(strategies(config)) * repeat, unit="run", file=sys.stderr) as bar:
+        def progress(label):
+            bar.set_postfix_str(label)
+            bar.update()
 
-            rows = run_bench(engine, chosen, repeat, progress)
+        rows = run_bench(config, chosen, repeat, progress)
     click.echo(format_table(rows))
     if json_out:
         with open(json_out, "w") as f:

@@ -121,7 +121,7 @@ class Engine:
         self.model = Model(resolve_model(t.model, config.directory), n_gpu_layers=t.n_gpu_layers)
         self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_threads=self.n_threads)
         self.vocab = self.model.vocab
-        self._chain: DrafterChain | None = None
+        self._entries: dict[str, ChainEntry | None] = {}   # configured drafters created so far, by name
         # The target's measured cost per pass size belongs to the model, the build and the machine: it is kept
         # across requests and runs.
         self._verify_cost_path = cache_dir() / "verify-cost" / f"{self._cost_key()}.json"
@@ -184,32 +184,35 @@ class Engine:
                                                        track_margins))
 
     def chain(self, names: Sequence[str] | None = None) -> DrafterChain | None:
-        """The configured drafters (or those named), created on first use: a plain run never loads a draft model."""
+        """The configured drafters (or those named) in priority order. Each is created on first use and kept:
+        a plain run never loads a draft model, and a request for one drafter creates only that one."""
         if names is not None:
             unknown = set(names) - {d.name for d in self.config.drafters}
             if unknown:
                 raise SpecframeError(f"no drafter named {', '.join(sorted(unknown))} in {self.config.path}")
-        if self._chain is None and self.config.drafters:
-            types = self.plugins.drafter_types()
+        types = self.plugins.drafter_types()
+        entries = [self._entry(d, types) for d in self.config.ordered_drafters(types)
+                   if names is None or d.name in names]
+        entries = [e for e in entries if e is not None]
+        return self._new_chain(entries) if entries else None
+
+    def _entry(self, drafter_cfg, types) -> ChainEntry | None:
+        """The chain entry of a configured drafter, created once; None when a third-party drafter cannot start."""
+        if drafter_cfg.name not in self._entries:
+            kind = types[drafter_cfg.type]
             env = DrafterEnv(target=self.model, n_ctx=self.context.n_ctx, n_threads=self.n_threads,
                              n_gpu_layers=self.config.target.n_gpu_layers, config_dir=self.config.directory,
                              resolve_model=lambda spec: resolve_model(spec, self.config.directory))
-            entries = []
-            for drafter_cfg in self.config.ordered_drafters(types):
-                kind = types[drafter_cfg.type]
-                try:
-                    drafter = kind.cls(drafter_cfg.params, env)
-                except SpecframeError:
-                    raise
-                except Exception as exc:  # a third-party drafter that cannot start is reported, not fatal
-                    log.warning("drafter '%s' (plugin %s) could not be created and is left out: %s: %s",
-                                drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
-                    continue
-                entries.append(ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats()))
-            self._chain = self._new_chain(entries)
-        if names is None or self._chain is None:
-            return self._chain
-        return self._new_chain([e for e in self._chain.entries if e.label in names])
+            try:
+                drafter = kind.cls(drafter_cfg.params, env)
+                self._entries[drafter_cfg.name] = ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats())
+            except SpecframeError:
+                raise
+            except Exception as exc:  # a third-party drafter that cannot start is reported, not fatal
+                log.warning("drafter '%s' (plugin %s) could not be created and is left out: %s: %s",
+                            drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
+                self._entries[drafter_cfg.name] = None
+        return self._entries[drafter_cfg.name]
 
     def chain_of(self, drafters: dict[str, Drafter], plugin: str = "(not a plugin)") -> DrafterChain:
         """A chain of drafters made outside the config (the benchmark's oracle), with this engine's settings."""
@@ -325,17 +328,24 @@ class Engine:
             ctx.truncate(n_past)
             return seconds
 
-        self.verify_cost.calibrate(run_pass, range(1, largest + 1))
+        sizes = range(1, largest + 1)
+        if all(n in self.verify_cost.measured for n in sizes):
+            return
+        self.verify_cost.merge(VerifyCost.load(self._verify_cost_path))   # another process may have measured
+        self.verify_cost.calibrate(run_pass, sizes)
+        self._save_verify_cost()
+
+    def _save_verify_cost(self) -> None:
+        try:
+            self.verify_cost.save(self._verify_cost_path)
+        except OSError as exc:
+            log.warning("could not save the measured pass costs to %s: %s", self._verify_cost_path, exc)
 
     def close(self) -> None:
         if self.verify_cost is not None and self.verify_cost.measured:
-            try:
-                self.verify_cost.save(self._verify_cost_path)
-            except OSError as exc:
-                log.warning("could not save the measured pass costs to %s: %s", self._verify_cost_path, exc)
-        if self._chain is not None:
-            self._chain.close()
-            self._chain = None
+            self._save_verify_cost()
+        self._new_chain([e for e in self._entries.values() if e is not None]).close()
+        self._entries.clear()
         self.context.close()
         self.model.close()
 

@@ -1,8 +1,9 @@
 """Benchmark runs: plain decoding, each configured drafter alone, the whole chain and the oracle, greedy, on the
-same target and workloads, in one process, repeats interleaved so that drifts of the machine hit all alike."""
+same target and workloads, repeats interleaved so that drifts of the machine hit all strategies alike."""
 
 from __future__ import annotations
 
+import multiprocessing
 import resource
 import statistics
 import sys
@@ -13,7 +14,9 @@ import numpy as np
 
 from specframe.bench.oracle import OracleDrafter
 from specframe.bench.workloads import Workload
+from specframe.config import Config
 from specframe.engine import Engine, GenerationResult
+from specframe.errors import SpecframeError
 from specframe.lossless import compare
 
 PLAIN, CHAIN, ORACLE = "plain", "chain", "oracle"
@@ -31,58 +34,129 @@ class BenchRow:
     mean_accepted_length: float | None   # accepted tokens per draft that went to the target
     passes_per_token: float              # target forward passes per generated token
     drafting_share: float                # share of generation time spent drafting
-    peak_rss_mib: float                  # peak resident memory during the strategy's runs
+    peak_rss_mib: float                  # peak resident memory of the strategy's process during its runs
     lossless: str                        # the first run against plain greedy output (DESIGN.md §3)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def strategies(engine: Engine) -> list[str]:
+def strategies(config: Config) -> list[str]:
     """Plain, each configured drafter alone, the chain when there are several, and the oracle."""
-    names = [d.name for d in engine.config.drafters]
+    names = [d.name for d in config.drafters]
     return [PLAIN, *names, *([CHAIN] if len(names) > 1 else []), ORACLE]
 
 
-def run_bench(engine: Engine, workloads: list[Workload], repeat: int = 1,
+def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
               progress: Callable[[str], None] = lambda label: None) -> list[BenchRow]:
-    """Measure every strategy on every workload; ``progress`` is called after each run with its label."""
-    names = strategies(engine)
-    rows = []
-    for workload in workloads:
-        prompt = engine.prompt_tokens(workload.prompt)
-        runs: dict[str, list[GenerationResult]] = {name: [] for name in names}
-        peaks = {name: 0.0 for name in names}
-        for _ in range(repeat):
-            for name in names:
-                _reset_peak_rss()
-                runs[name].append(_run(engine, name, prompt, workload.max_tokens, runs[PLAIN]))
-                peaks[name] = max(peaks[name], _peak_rss_mib())
-                progress(f"{workload.name}: {name}")
-        rows += _rows(engine, workload.name, runs, peaks)
-    return rows
+    """Measure every strategy on every workload; ``progress`` is called after each run with its label.
+
+    Each strategy runs in a process of its own, so that the peak memory measured is its own (a draft model's
+    weights, an n-gram pool), while the runs of all strategies still interleave."""
+    names = strategies(config)
+    processes = {name: StrategyProcess(config.path, name) for name in names}
+    try:
+        rows = []
+        for workload in workloads:
+            prompt = processes[PLAIN].call("tokenize", workload.prompt)
+            runs: dict[str, list[GenerationResult]] = {name: [] for name in names}
+            peaks = dict.fromkeys(names, 0.0)
+            for _ in range(repeat):
+                for name in names:
+                    reference = runs[PLAIN][0].tokens if name == ORACLE else None
+                    result, peak = processes[name].call("generate", prompt, workload.max_tokens, reference)
+                    runs[name].append(result)
+                    peaks[name] = max(peaks[name], peak)
+                    progress(f"{workload.name}: {name}")
+            verdicts = {name: processes[PLAIN].call("compare", runs[PLAIN][0], results[0])
+                        for name, results in runs.items() if name != PLAIN}
+            rows += _rows(workload.name, runs, peaks, verdicts)
+        return rows
+    finally:
+        for process in processes.values():
+            process.close()
 
 
-def _run(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
-         plain_runs: list[GenerationResult]) -> GenerationResult:
+class StrategyProcess:
+    """One strategy's engine in a process of its own, driven by calls over a pipe."""
+
+    def __init__(self, config_path, strategy: str):
+        context = multiprocessing.get_context("spawn")     # a clean process: no inherited libllama state
+        self.strategy = strategy
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, str(config_path), strategy), daemon=True)
+        self._process.start()
+        child.close()
+
+    def call(self, command: str, *args):
+        self._conn.send((command, args))
+        try:
+            status, value = self._conn.recv()
+        except EOFError:
+            raise SpecframeError(f"the benchmark process of strategy '{self.strategy}' died "
+                                 f"(exit code {self._process.exitcode})") from None
+        if status == "error":
+            raise SpecframeError(f"strategy '{self.strategy}': {value}")
+        return value
+
+    def close(self) -> None:
+        try:
+            self._conn.send(("close", ()))
+        except OSError:
+            pass
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.terminate()
+
+
+def _serve(conn, config_path: str, strategy: str) -> None:
+    """The strategy process: build the engine, warm it up, then answer calls until told to close."""
+    try:
+        engine = Engine.from_config(config_path)
+        engine.generate("warm up", max_tokens=4, speculative=False)
+    except Exception as exc:   # reported by the first call, in the parent
+        failure = f"{type(exc).__name__}: {exc}"
+        while conn.recv()[0] != "close":
+            conn.send(("error", failure))
+        return
+    handlers = {
+        "tokenize": engine.prompt_tokens,
+        "generate": lambda prompt, max_tokens, reference: _measured(engine, strategy, prompt, max_tokens, reference),
+        "compare": lambda plain, result: _lossless(plain, result, engine),
+    }
+    with engine:
+        while True:
+            command, args = conn.recv()
+            if command == "close":
+                return
+            try:
+                conn.send(("ok", handlers[command](*args)))
+            except Exception as exc:
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
+              reference: list[int] | None) -> tuple[GenerationResult, float]:
+    """One greedy run of a strategy, and the process's peak memory during it (MiB)."""
+    _reset_peak_rss()
     options = dict(max_tokens=max_tokens, temperature=0.0)
     if name == PLAIN:
-        return engine.generate(prompt, speculative=False, track_margins=not plain_runs, **options)
-    if name == ORACLE:
-        reference = np.concatenate([prompt, np.asarray(plain_runs[0].tokens, dtype=np.int32)])
-        return engine.generate(prompt, chain=engine.chain_of({ORACLE: OracleDrafter(reference)}), **options)
-    return engine.generate(prompt, drafters=None if name == CHAIN else [name], **options)
+        result = engine.generate(prompt, speculative=False, track_margins=True, **options)
+    elif name == ORACLE:
+        drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]))
+        result = engine.generate(prompt, chain=engine.chain_of({ORACLE: drafter}), **options)
+    else:
+        result = engine.generate(prompt, drafters=None if name == CHAIN else [name], **options)
+    return result, _peak_rss_mib()
 
 
-def _rows(engine: Engine, workload: str, runs: dict[str, list[GenerationResult]],
-          peaks: dict[str, float]) -> list[BenchRow]:
+def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[str, float],
+          verdicts: dict[str, str]) -> list[BenchRow]:
     speed = {name: statistics.median(r.stats.tokens_per_second for r in results) for name, results in runs.items()}
-    plain = runs[PLAIN][0]
     oracle_speedup = speed[ORACLE] / speed[PLAIN]
     rows = []
     for name, results in runs.items():
-        first = results[0]
-        s = first.stats
+        s = results[0].stats
         speculative = name != PLAIN
         drafting = sum(d["draft_ms"] + d["accept_ms"] for d in s.drafters.values()) / 1e3
         speedup = speed[name] / speed[PLAIN]
@@ -93,7 +167,7 @@ def _rows(engine: Engine, workload: str, runs: dict[str, list[GenerationResult]]
             mean_accepted_length=s.mean_accepted_length if speculative else None,
             passes_per_token=s.n_target_passes / max(1, s.n_generated),
             drafting_share=drafting / s.generation_seconds if s.generation_seconds else 0.0,
-            peak_rss_mib=peaks[name], lossless=_lossless(plain, first, engine) if speculative else "-"))
+            peak_rss_mib=peaks[name], lossless=verdicts.get(name, "-")))
     return rows
 
 

@@ -43,6 +43,11 @@ class VerifyCost:
         old = self._seconds.get(n_tokens)
         self._seconds[n_tokens] = seconds if old is None else old + self.smoothing * (seconds - old)
 
+    def merge(self, other: "VerifyCost") -> None:
+        """Take the sizes ``other`` measured and this one has not."""
+        for n, seconds in other._seconds.items():
+            self._seconds.setdefault(n, seconds)
+
     def calibrate(self, run_pass, sizes) -> None:
         """Time ``run_pass(n)`` once for each size not measured yet (the faster of two for single tokens,
         whose cost every other size is compared with)."""
