@@ -2,13 +2,15 @@
 # Build libllama (pinned llama.cpp 0c1e570) and specframe's cffi binding against that exact llama.h.
 #
 #   ./build_llama.sh [--cpu | --cuda | --metal] [--prefix DIR] [--jobs N] [--force] [--no-smoke-test]
-#                    [--configure-only]
+#                    [--configure-only] [--print-cmake-args]
 #
 # Source: $LLAMA_CPP_DIR when set (a llama.cpp checkout at the pinned commit), otherwise the llama.cpp that the
 # PyPI sdist llama-cpp-python==0.3.36 vendors, checked against its sha256.
 # Output: a prefix under ${SPECFRAME_CACHE:-${XDG_CACHE_HOME:-~/.cache}/specframe}/llama/<key>, where <key> hashes
 # the source, backend, flags and compiler, so a second run with the same inputs rebuilds nothing. The prefix in
 # use is recorded in <cache>/llama/current, where specframe looks for it (SPECFRAME_LLAMA_PREFIX overrides).
+# --print-cmake-args prints the CPU and backend CMake flags, one per line, and exits: other builds from the same
+# source (benchmarks/peers/build.sh) take them from here.
 set -euo pipefail
 
 LLAMA_COMMIT=0c1e570
@@ -29,6 +31,7 @@ JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 FORCE=0
 SMOKE=1
 CONFIGURE_ONLY=0
+PRINT_CMAKE_ARGS=0
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -40,13 +43,83 @@ while [ $# -gt 0 ]; do
         --force) FORCE=1 ;;
         --no-smoke-test) SMOKE=0 ;;
         --configure-only) CONFIGURE_ONLY=1 ;;
-        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown option '$1' (expected --cpu, --cuda, --metal, --prefix DIR, --jobs N, --force, --no-smoke-test, --configure-only)" ;;
+        --print-cmake-args) PRINT_CMAKE_ARGS=1 ;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown option '$1' (expected --cpu, --cuda, --metal, --prefix DIR, --jobs N, --force, --no-smoke-test, --configure-only, --print-cmake-args)" ;;
     esac
     shift
 done
 
-# --- tools -----------------------------------------------------------------------------------------------------
+# --- CPU and backend flags (what --print-cmake-args prints) --------------------------------------------------------
+BACKEND_ARGS=()
+cpu_flag() { grep -qw "$1" /proc/cpuinfo 2>/dev/null && echo ON || echo OFF; }
+case "$(uname -m)" in
+    x86_64|amd64)
+        # GGML_NATIVE=ON picks AMX kernels that crash on quantized models on some CPUs: name the features instead.
+        BACKEND_ARGS+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                       -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+        if [ "$(cpu_flag avx512f)" = ON ] && [ "$(cpu_flag avx512bw)" = ON ] && [ "$(cpu_flag avx512vl)" = ON ]; then
+            BACKEND_ARGS+=(-DGGML_AVX512=ON -DGGML_AVX512_VNNI="$(cpu_flag avx512_vnni)"
+                           -DGGML_AVX512_VBMI="$(cpu_flag avx512vbmi)" -DGGML_AVX512_BF16="$(cpu_flag avx512_bf16)")
+        fi
+        ;;
+esac
+
+case "$BACKEND" in
+    cpu) BACKEND_ARGS+=(-DGGML_CUDA=OFF -DGGML_METAL=OFF) ;;
+    metal) BACKEND_ARGS+=(-DGGML_METAL=ON -DGGML_METAL_EMBED_LIBRARY=ON) ;;
+    cuda)
+        command -v nvcc >/dev/null || die "--cuda needs nvcc (the CUDA toolkit) on PATH"
+        # The toolkit's real location (nvcc on PATH may be a wrapper script); CUDA_HOME wins when set.
+        cuda_root=${CUDA_HOME:-$(cd /tmp && nvcc -dryrun --version 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)}
+        [ -n "$cuda_root" ] || cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+        cuda_root=$(cd "$cuda_root" && pwd)
+        cuda_arch=${CMAKE_CUDA_ARCHITECTURES:-}
+        if [ -z "$cuda_arch" ]; then
+            if nvidia-smi -L >/dev/null 2>&1; then
+                cuda_arch=native
+            else   # no GPU to ask: cover Turing to Hopper
+                cuda_arch="75;80;86;89;90"
+                say "no GPU visible: building for CUDA architectures $cuda_arch (set CMAKE_CUDA_ARCHITECTURES to choose)"
+            fi
+        fi
+        BACKEND_ARGS+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cuda_arch"
+                       "-DCUDAToolkit_ROOT=$cuda_root" "-DCMAKE_CUDA_COMPILER=$cuda_root/bin/nvcc")
+        if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so' && ! ls "$cuda_root"/lib64/stubs/libcuda.so* \
+                "$cuda_root"/targets/*/lib/stubs/libcuda.so* >/dev/null 2>&1; then
+            # No driver library here (building for a GPU elsewhere): ggml's VMM pool links libcuda directly.
+            say "no libcuda.so (NVIDIA driver) on this machine: building without CUDA VMM (GGML_CUDA_NO_VMM=ON)"
+            BACKEND_ARGS+=(-DGGML_CUDA_NO_VMM=ON)
+        fi
+        if ! ls "$cuda_root"/lib64/libcublas.so* "$cuda_root"/lib/libcublas.so* "$cuda_root"/targets/*/lib/libcublas.so* >/dev/null 2>&1; then
+            # Some toolkits ship without cuBLAS; NVIDIA publishes it on PyPI.
+            cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+            cublas_dir="$CACHE_DIR/cublas-cu$cuda_major"
+            if [ ! -d "$cublas_dir/nvidia" ]; then
+                say "the CUDA toolkit at $cuda_root has no cuBLAS: installing nvidia-cublas (CUDA $cuda_major) from PyPI"
+                pkg=nvidia-cublas; [ "$cuda_major" -lt 13 ] && pkg="nvidia-cublas-cu$cuda_major"
+                "$PYTHON" -m pip install --quiet --no-deps --target "$cublas_dir" "$pkg" \
+                    || die "could not install $pkg from PyPI; install cuBLAS with your CUDA toolkit"
+            fi
+            cublas_root=$(dirname "$(find "$cublas_dir" -name 'cublas_v2.h' | head -1)")/..
+            cublas_root=$(cd "$cublas_root" && pwd)
+            for so in "$cublas_root"/lib/libcublas.so.* "$cublas_root"/lib/libcublasLt.so.*; do
+                base=$(basename "$so" | sed 's/\.so\..*/.so/')
+                [ -e "$cublas_root/lib/$base" ] || ln -s "$(basename "$so")" "$cublas_root/lib/$base"
+            done
+            BACKEND_ARGS+=("-DCUDA_cublas_LIBRARY=$cublas_root/lib/libcublas.so"
+                           "-DCUDA_cublasLt_LIBRARY=$cublas_root/lib/libcublasLt.so"
+                           "-DCMAKE_CUDA_FLAGS=-I$cublas_root/include" "-DCMAKE_CXX_FLAGS=-I$cublas_root/include"
+                           "-DCMAKE_INSTALL_RPATH=\$ORIGIN;$cublas_root/lib")
+        fi
+        ;;
+esac
+if [ "$PRINT_CMAKE_ARGS" = 1 ]; then
+    printf '%s\n' "${BACKEND_ARGS[@]}"
+    exit 0
+fi
+
+# --- tools ---------------------------------------------------------------------------------------------------------
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
     || die "Python 3.10+ is needed ($PYTHON is $("$PYTHON" -V 2>&1)); set PYTHON=/path/to/python3.10+"
 command -v c++ >/dev/null || command -v g++ >/dev/null || command -v clang++ >/dev/null \
@@ -68,7 +141,7 @@ fi
 sha256_of() { "$PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1"; }
 hash_text() { "$PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])'; }
 
-# --- source ----------------------------------------------------------------------------------------------------
+# --- source --------------------------------------------------------------------------------------------------------
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
     SRC_DIR=$(cd "$LLAMA_CPP_DIR" && pwd) || die "LLAMA_CPP_DIR=$LLAMA_CPP_DIR is not a directory"
     [ -f "$SRC_DIR/include/llama.h" ] || die "LLAMA_CPP_DIR=$SRC_DIR has no include/llama.h: not a llama.cpp checkout"
@@ -102,7 +175,7 @@ else
     fi
 fi
 
-# --- configuration ---------------------------------------------------------------------------------------------
+# --- configuration -------------------------------------------------------------------------------------------------
 CMAKE_ARGS=(
     -G Ninja
     -DCMAKE_BUILD_TYPE=Release
@@ -113,70 +186,8 @@ CMAKE_ARGS=(
     -DCMAKE_INSTALL_LIBDIR=lib
     "-DCMAKE_INSTALL_RPATH=\$ORIGIN"
     -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON
+    "${BACKEND_ARGS[@]}"
 )
-
-cpu_flag() { grep -qw "$1" /proc/cpuinfo 2>/dev/null && echo ON || echo OFF; }
-case "$(uname -m)" in
-    x86_64|amd64)
-        # GGML_NATIVE=ON picks AMX kernels that crash on quantized models on some CPUs: name the features instead.
-        CMAKE_ARGS+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
-                     -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
-        if [ "$(cpu_flag avx512f)" = ON ] && [ "$(cpu_flag avx512bw)" = ON ] && [ "$(cpu_flag avx512vl)" = ON ]; then
-            CMAKE_ARGS+=(-DGGML_AVX512=ON -DGGML_AVX512_VNNI="$(cpu_flag avx512_vnni)"
-                         -DGGML_AVX512_VBMI="$(cpu_flag avx512vbmi)" -DGGML_AVX512_BF16="$(cpu_flag avx512_bf16)")
-        fi
-        ;;
-esac
-
-case "$BACKEND" in
-    cpu) CMAKE_ARGS+=(-DGGML_CUDA=OFF -DGGML_METAL=OFF) ;;
-    metal) CMAKE_ARGS+=(-DGGML_METAL=ON -DGGML_METAL_EMBED_LIBRARY=ON) ;;
-    cuda)
-        command -v nvcc >/dev/null || die "--cuda needs nvcc (the CUDA toolkit) on PATH"
-        # The toolkit's real location (nvcc on PATH may be a wrapper script); CUDA_HOME wins when set.
-        cuda_root=${CUDA_HOME:-$(cd /tmp && nvcc -dryrun --version 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)}
-        [ -n "$cuda_root" ] || cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
-        cuda_root=$(cd "$cuda_root" && pwd)
-        cuda_arch=${CMAKE_CUDA_ARCHITECTURES:-}
-        if [ -z "$cuda_arch" ]; then
-            if nvidia-smi -L >/dev/null 2>&1; then
-                cuda_arch=native
-            else   # no GPU to ask: cover Turing to Hopper
-                cuda_arch="75;80;86;89;90"
-                say "no GPU visible: building for CUDA architectures $cuda_arch (set CMAKE_CUDA_ARCHITECTURES to choose)"
-            fi
-        fi
-        CMAKE_ARGS+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cuda_arch"
-                     "-DCUDAToolkit_ROOT=$cuda_root" "-DCMAKE_CUDA_COMPILER=$cuda_root/bin/nvcc")
-        if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so' && ! ls "$cuda_root"/lib64/stubs/libcuda.so* \
-                "$cuda_root"/targets/*/lib/stubs/libcuda.so* >/dev/null 2>&1; then
-            # No driver library here (building for a GPU elsewhere): ggml's VMM pool links libcuda directly.
-            say "no libcuda.so (NVIDIA driver) on this machine: building without CUDA VMM (GGML_CUDA_NO_VMM=ON)"
-            CMAKE_ARGS+=(-DGGML_CUDA_NO_VMM=ON)
-        fi
-        if ! ls "$cuda_root"/lib64/libcublas.so* "$cuda_root"/lib/libcublas.so* "$cuda_root"/targets/*/lib/libcublas.so* >/dev/null 2>&1; then
-            # Some toolkits ship without cuBLAS; NVIDIA publishes it on PyPI.
-            cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
-            cublas_dir="$CACHE_DIR/cublas-cu$cuda_major"
-            if [ ! -d "$cublas_dir/nvidia" ]; then
-                say "the CUDA toolkit at $cuda_root has no cuBLAS: installing nvidia-cublas (CUDA $cuda_major) from PyPI"
-                pkg=nvidia-cublas; [ "$cuda_major" -lt 13 ] && pkg="nvidia-cublas-cu$cuda_major"
-                "$PYTHON" -m pip install --quiet --no-deps --target "$cublas_dir" "$pkg" \
-                    || die "could not install $pkg from PyPI; install cuBLAS with your CUDA toolkit"
-            fi
-            cublas_root=$(dirname "$(find "$cublas_dir" -name 'cublas_v2.h' | head -1)")/..
-            cublas_root=$(cd "$cublas_root" && pwd)
-            for so in "$cublas_root"/lib/libcublas.so.* "$cublas_root"/lib/libcublasLt.so.*; do
-                base=$(basename "$so" | sed 's/\.so\..*/.so/')
-                [ -e "$cublas_root/lib/$base" ] || ln -s "$(basename "$so")" "$cublas_root/lib/$base"
-            done
-            CMAKE_ARGS+=("-DCUDA_cublas_LIBRARY=$cublas_root/lib/libcublas.so"
-                         "-DCUDA_cublasLt_LIBRARY=$cublas_root/lib/libcublasLt.so"
-                         "-DCMAKE_CUDA_FLAGS=-I$cublas_root/include" "-DCMAKE_CXX_FLAGS=-I$cublas_root/include"
-                         "-DCMAKE_INSTALL_RPATH=\$ORIGIN;$cublas_root/lib")
-        fi
-        ;;
-esac
 
 COMPILER_ID=$( (c++ --version 2>/dev/null || g++ --version) | head -1)
 KEY=$(printf '%s\n' "$BUILD_RECIPE_VERSION" "$SOURCE_ID" "$BACKEND" "$COMPILER_ID" "${CMAKE_ARGS[@]}" | hash_text)
@@ -184,7 +195,7 @@ KEY=$(printf '%s\n' "$BUILD_RECIPE_VERSION" "$SOURCE_ID" "$BACKEND" "$COMPILER_I
 mkdir -p "$PREFIX"
 PREFIX=$(cd "$PREFIX" && pwd)
 
-# --- libllama --------------------------------------------------------------------------------------------------
+# --- libllama ------------------------------------------------------------------------------------------------------
 if [ "$CONFIGURE_ONLY" = 1 ]; then
     # Check that this backend configures on this machine (e.g. CUDA where no GPU is at hand), build nothing.
     BUILD_DIR=$(mktemp -d)
@@ -213,13 +224,13 @@ else
     say "libllama is up to date in $PREFIX"
 fi
 
-# --- binding ---------------------------------------------------------------------------------------------------
+# --- binding -------------------------------------------------------------------------------------------------------
 PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m specframe.llama.build_binding --prefix "$PREFIX" \
     || die "building the cffi binding failed (see above)"
 mkdir -p "$CACHE_DIR/llama"
 echo "$PREFIX" > "$CACHE_DIR/llama/current.tmp" && mv "$CACHE_DIR/llama/current.tmp" "$CACHE_DIR/llama/current"
 
-# --- smoke test ------------------------------------------------------------------------------------------------
+# --- smoke test ----------------------------------------------------------------------------------------------------
 if [ "$SMOKE" = 1 ]; then
     SPECFRAME_LLAMA_PREFIX="$PREFIX" PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m specframe.llama.smoke_test \
         || die "the smoke test failed: the library does not evaluate a model. Try './build_llama.sh --force', or a CPU build (--cpu) if a GPU backend is at fault; the logs are in $PREFIX"
