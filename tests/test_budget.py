@@ -91,3 +91,12 @@ def test_estimates_follow_recent_drafts():
     for _ in range(60):
         e.update(n_drafted=8, n_accepted=0, seconds=0.001)
     assert e.per_token < 0.1
+
+
+def test_a_drafter_too_slow_to_ever_pay_is_not_even_probed():
+    verify = cost(0.030, 0.010)
+    slow = estimate(0.9)
+    slow.seconds_per_token = 0.035        # each drafted token costs more than a whole target pass
+    assert all(slow.length(verify, 16) == 0 for _ in range(10 * PROBE_EVERY))
+    cheap = estimate(0.1)                 # rarely right but nearly free: still probed now and then
+    assert any(cheap.length(verify, 16) for _ in range(2 * PROBE_EVERY))

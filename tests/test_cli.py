@@ -51,6 +51,20 @@ def test_run_streams_text_to_stdout_and_statistics_to_stderr(config):
     assert "drafted" not in plain.stderr
 
 
+def test_run_notes_token_mapping_in_the_statistics(write_config, target_path, shuffled_draft_path):
+    config = write_config(f"""
+        [target]
+        model = "{target_path}"
+        [[drafter]]
+        type = "draft-model"
+        model = "{shuffled_draft_path}"
+        p_min = 0.2
+        """)
+    result = run("run", "-c", str(config), "-p", "the quick brown fox", "--raw", "-n", "20")
+    assert result.exit_code == 0
+    assert "(token mapping: token " in result.stderr and " differs " in result.stderr
+
+
 def test_run_options_override_the_config(config, tmp_path):
     prompt = tmp_path / "p.txt"
     prompt.write_text("the quick brown fox")

@@ -4,10 +4,11 @@ A target pass over ``n`` tokens costs ``t(n)``; the engine measures it for every
 drafter's tokens are accepted one after another with a per-token probability ``p`` until the first rejection (a
 geometric model, estimated from its recent drafts with decaying counts), and each drafted token costs it ``c``
 seconds. A step with ``k`` drafted tokens then yields ``1 + p + p^2 + ... + p^k`` tokens in ``t(1 + k) + c k``
-seconds; the length
-chosen maximises that rate over ``0..n_max``. Zero means: do not draft now. A drafter held at zero is still
+seconds; the length chosen maximises that rate over ``0..n_max``. Zero means: do not draft now. A drafter held at zero is still
 probed with a short draft, so its estimate can recover when the text turns repetitive; the interval doubles
 while probes do not pay, since a probe is not free (a draft model must first catch up on the tokens it missed).
+A drafter so slow that not even always-accepted drafts would pay is not probed at all: its catch-up costs alone
+(which its measured cost includes) would make it slower than plain decoding.
 """
 
 from __future__ import annotations
@@ -114,16 +115,10 @@ class AcceptanceEstimate:
 
     def length(self, verify: VerifyCost, n_max: int) -> int:
         """The draft length with the best expected tokens per second (0: do not draft)."""
-        p, c = self.per_token, self.seconds_per_token
-        best, best_rate = 0, 1.0 / verify.seconds(1)
-        expected, term = 1.0, 1.0
-        for k in range(1, n_max + 1):
-            term *= p
-            expected += term
-            rate = expected / (verify.seconds(1 + k) + c * k)
-            if rate > best_rate:
-                best, best_rate = k, rate
+        best = self._best_length(verify, n_max, self.per_token)
         if best == 0:
+            if self._best_length(verify, n_max, 1.0) == 0:
+                return 0    # not even drafts that are always right would pay for their cost: a probe cannot help
             self.skipped += 1
             if self.skipped >= self.probe_every:
                 self.skipped = 0
@@ -132,4 +127,16 @@ class AcceptanceEstimate:
         else:
             self.skipped = 0
             self.probe_every = PROBE_EVERY
+        return best
+
+    def _best_length(self, verify: VerifyCost, n_max: int, p: float) -> int:
+        c = self.seconds_per_token
+        best, best_rate = 0, 1.0 / verify.seconds(1)
+        expected, term = 1.0, 1.0
+        for k in range(1, n_max + 1):
+            term *= p
+            expected += term
+            rate = expected / (verify.seconds(1 + k) + c * k)
+            if rate > best_rate:
+                best, best_rate = k, rate
         return best
