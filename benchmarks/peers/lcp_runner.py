@@ -63,7 +63,9 @@ def main() -> None:
     job = json.load(sys.stdin)
     drafter = CountingPromptLookup(**job["prompt_lookup"]) if job["prompt_lookup"] else None
     llm = Llama(model_path=job["model"], n_ctx=job["n_ctx"], n_threads=job["threads"],
-                n_threads_batch=job["threads"], flash_attn=job["flash_attn"], draft_model=drafter, verbose=False)
+                n_threads_batch=job["threads"], flash_attn=job["flash_attn"], draft_model=drafter, verbose=False,
+                # with a draft model it keeps every logit anyway, but sizes its buffer by this flag (0.3.36 bug)
+                logits_all=drafter is not None)
     tokens = job["tokens"]
     generate(llm, tokens[:16], 4)   # warm-up, as llama.cpp's tools and run.py's engines do
     if drafter is not None:

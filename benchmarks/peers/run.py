@@ -339,12 +339,20 @@ def measure(plan: list[Comparison], prompts: list[Prompt], repeat: int) -> list[
     for comparison in plan:
         for round_ in range(repeat):
             for prompt in prompts:
-                for _, runner in comparison.runners:
+                for name, runner in comparison.runners:
                     done += 1
                     busy = other_load()
                     if busy:
                         say(f"warning: {busy} other process(es) running: the next timings are unreliable")
-                    results = runner(prompt)
+                    try:
+                        results = runner(prompt)
+                    except PeerError as exc:     # one failed run is a gap in the table, not a lost session
+                        say(f"warning: {name} failed on {prompt.workload}: {exc}")
+                        records.append({"comparison": comparison.name, "workload": prompt.workload,
+                                        "repeat": round_, "label": name, "tokens_per_second": None,
+                                        "n_generated": None, "n_prompt": None, "acceptance": None,
+                                        "error": str(exc), "other_load": busy})
+                        continue
                     for label, m in results.items():
                         if m.n_prompt is not None and m.n_generated and m.n_prompt != len(prompt.tokens):
                             say(f"warning: {label} saw {m.n_prompt} prompt tokens, specframe {len(prompt.tokens)}")
