@@ -81,6 +81,8 @@ class GenerationResult:
     # With track_margins: the top-2 logit gap of the target at each generated token, in the batch that chose it.
     margins: list[float] | None = None
     prompt: np.ndarray | None = None   # the prompt's token ids
+    # For each generated token, the target pass that chose it: (position of its first token, number of tokens).
+    passes: list[tuple[int, int]] | None = None
 
     def as_dict(self) -> dict:
         data = {"text": self.text, "tokens": self.tokens, "n_prompt_tokens": self.n_prompt_tokens,
@@ -235,6 +237,7 @@ class Engine:
         n_history = prompt.size
         generated: list[int] = []
         margins: list[float] | None = [] if track_margins else None
+        passes: list[tuple[int, int]] = []
         text = TextStream(stops)
         pieces: list[str] = []
         stop_reason = None
@@ -286,6 +289,7 @@ class Engine:
                     history[n_history] = token
                     n_history += 1
                     generated.append(token)
+                    passes.append((n_past - n_accepted - 1, len(batch)))
                     if margins is not None:
                         margins.append(float(step_margins[i]))
                     piece = text.push(vocab.piece(token))
@@ -312,7 +316,7 @@ class Engine:
             if stop_reason == "context_full":
                 log.warning("the context is full (n_ctx=%d): generation stopped; raise [target] n_ctx", n_ctx)
             generation.result = GenerationResult("".join(pieces), generated, int(prompt.size), stop_reason,
-                                                 stats, margins, prompt)
+                                                 stats, margins, prompt, passes)
         if tail and stop_reason != "interrupted":
             yield tail
 

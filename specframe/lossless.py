@@ -6,8 +6,10 @@ last bits, and a divergence is accepted only at a near-tie (plain decoding's top
 On quantized models it is far larger: on Qwen2.5-Coder-1.5B Q4_K_M on a 2-core AVX2 CPU, batched and
 one-at-a-time logits of the same tokens differ by up to 0.75 (median 0.43), and batching alone flips choices
 whose gap is 0.07. So a divergence with a larger gap is tested directly: plain decoding's own prefix is
-re-evaluated with its last tokens in one batch, without any speculation; if that yields the speculative token,
-the divergence is the arithmetic of batching. A real bug (wrong rollback, wrong acceptance) does not reproduce.
+re-evaluated without any speculation, the diverging position inside a batch of the shape the speculative run
+verified it in (same start, same size: CPU kernels change with the batch size); if that yields the speculative
+token, the divergence is the arithmetic of batching. A real bug (wrong rollback, wrong acceptance) does not
+reproduce.
 """
 
 from __future__ import annotations
@@ -71,21 +73,31 @@ def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Eng
     margin = plain.margins[diverged]
     window = None
     if margin >= tie and engine is not None:
-        window = _reproducing_window(engine, plain, diverged, speculative.tokens[diverged])
+        window = _reproducing_batch(engine, plain, speculative, diverged)
     return LosslessVerdict(n, diverged, margin, tie, window)
 
 
-def _reproducing_window(engine: "Engine", plain: GenerationResult, index: int, token: int) -> int | None:
-    """The batch size, if any, with which evaluating plain's prefix (prompt + its first ``index`` tokens) chooses
-    ``token`` next: the prefix goes in as a prompt would, its last ``window`` tokens in one batch."""
-    sequence = np.concatenate([plain.prompt, np.asarray(plain.tokens[:index], dtype=np.int32)])
+def _reproducing_batch(engine: "Engine", plain: GenerationResult, speculative: GenerationResult,
+                       index: int) -> int | None:
+    """The size of a batch, if any, with which evaluating plain's prefix (prompt + its first ``index`` tokens)
+    chooses the speculative token next. First the batch the speculative run verified that token in (same start,
+    same size: the kernels depend on both), then batches that end at the token."""
+    sequence = np.concatenate([plain.prompt, np.asarray(plain.tokens, dtype=np.int32)])
+    end = len(plain.prompt) + index          # the token is chosen from the logits after sequence[:end]
+    token = speculative.tokens[index]
+    shapes = [(end - w, w) for w in _WINDOWS if w < end]
+    if speculative.passes is not None:
+        start, size = speculative.passes[index]
+        shapes.insert(0, (start, size))
     context = engine.context
-    for window in _WINDOWS:
-        if window >= len(sequence):
-            break
+    for start, size in shapes:
+        batch = sequence[start:start + size]
+        if start <= 0 or len(batch) < end - start:
+            continue
+        batch = np.concatenate([batch, np.zeros(size - len(batch), dtype=np.int32)])   # later rows do not matter
         context.clear()
-        context.decode(sequence[:-window], 0)
-        logits = context.decode(sequence[-window:], len(sequence) - window, all_logits=True)
-        if int(np.argmax(logits[-1])) == token:
-            return window
+        context.decode(sequence[:start], 0)
+        logits = context.decode(batch, start, all_logits=True)
+        if int(np.argmax(logits[end - 1 - start])) == token:
+            return size
     return None

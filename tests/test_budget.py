@@ -86,10 +86,10 @@ def test_held_back_drafters_are_probed_less_and_less_often():
 def test_estimates_follow_recent_drafts():
     e = AcceptanceEstimate()
     for _ in range(30):
-        e.update(n_drafted=8, n_accepted=8, seconds=0.001)
+        e.update(n_asked=8, n_drafted=8, n_accepted=8, seconds=0.001)
     assert e.per_token > 0.95
     for _ in range(60):
-        e.update(n_drafted=8, n_accepted=0, seconds=0.001)
+        e.update(n_asked=8, n_drafted=8, n_accepted=0, seconds=0.001)
     assert e.per_token < 0.1
 
 
@@ -100,3 +100,12 @@ def test_a_drafter_too_slow_to_ever_pay_is_not_even_probed():
     assert all(slow.length(verify, 16) == 0 for _ in range(10 * PROBE_EVERY))
     cheap = estimate(0.1)                 # rarely right but nearly free: still probed now and then
     assert any(cheap.length(verify, 16) for _ in range(2 * PROBE_EVERY))
+
+
+def test_drafts_that_stop_short_of_the_request_lower_the_estimate_like_rejections():
+    """A draft model stopping at p_min after 5 of 16 asked tokens, all accepted, is not a 16-token drafter."""
+    short, full = AcceptanceEstimate(), AcceptanceEstimate()
+    for _ in range(40):
+        short.update(n_asked=16, n_drafted=5, n_accepted=5, seconds=0.05)
+        full.update(n_asked=16, n_drafted=16, n_accepted=16, seconds=0.16)
+    assert short.per_token < 0.9 < 0.99 < full.per_token

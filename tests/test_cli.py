@@ -16,6 +16,8 @@ def config(write_config, target_path, draft_path):
         n_ctx = 1024
         [generation]
         max_tokens = 40
+        [speculative]
+        adaptive = false        # fixed draft lengths: rejection sampling's draws then repeat with the seed
         [[drafter]]
         type = "prompt-lookup"
         [[drafter]]

@@ -107,9 +107,12 @@ class AcceptanceEstimate:
     def per_token(self) -> float:
         return self.accepted / (self.accepted + self.stops)
 
-    def update(self, n_drafted: int, n_accepted: int, seconds: float) -> None:
+    def update(self, n_asked: int, n_drafted: int, n_accepted: int, seconds: float) -> None:
+        """A draft of ``n_drafted`` tokens, asked for ``n_asked``, of which ``n_accepted`` stood. A draft that
+        stops short of what was asked counts like a rejection there: the estimate is of tokens that are both
+        drafted and accepted, which is what a longer request buys."""
         self.accepted = DECAY * self.accepted + n_accepted
-        self.stops = DECAY * self.stops + (n_accepted < n_drafted)
+        self.stops = DECAY * self.stops + (n_accepted < n_asked)
         per_token = seconds / n_drafted
         self.seconds_per_token += 0.2 * (per_token - self.seconds_per_token)
 

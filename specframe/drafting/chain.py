@@ -61,7 +61,7 @@ class DrafterChain:
         self.n_min = max(1, n_min)
         self.verify = verify
         self._winner: ChainEntry | None = None
-        self._winner_draft = (0, 0.0)   # (tokens, seconds) of the winning draft
+        self._winner_draft = (0, 0, 0.0)   # (tokens asked for, tokens drafted, seconds) of the winning draft
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """A request starts: each drafter learns how it is sampled (``Drafter.sampling``) and sees the prompt."""
@@ -93,7 +93,7 @@ class DrafterChain:
                 entry.stats.drafts += 1
                 entry.stats.drafted_tokens += len(draft)
                 self._winner = entry
-                self._winner_draft = (len(draft), seconds)
+                self._winner_draft = (length, len(draft), seconds)
                 return draft
         return NO_DRAFT
 
@@ -104,8 +104,8 @@ class DrafterChain:
             return
         entry.stats.accepted_tokens += n_accepted
         entry.stats.accepted_drafts += n_accepted > 0
-        n_drafted, seconds = self._winner_draft
-        entry.estimate.update(n_drafted, n_accepted, seconds)
+        n_asked, n_drafted, seconds = self._winner_draft
+        entry.estimate.update(n_asked, n_drafted, n_accepted, seconds)
         start = time.perf_counter()
         self._guard(entry, "accept", entry.drafter.accept, n_accepted)
         entry.stats.accept_ms += (time.perf_counter() - start) * 1e3
