@@ -5,11 +5,10 @@ plain greedy output where the target's top two choices are close. On float32 mod
 last bits, and a divergence is accepted only at a near-tie (plain decoding's top-2 logit gap below ``tie``).
 On quantized models it is far larger: on Qwen2.5-Coder-1.5B Q4_K_M on a 2-core AVX2 CPU, batched and
 one-at-a-time logits of the same tokens differ by up to 0.75 (median 0.43), and batching alone flips choices
-whose gap is 0.07. So a divergence with a larger gap is tested directly: plain decoding's own prefix is
-re-evaluated without any speculation, the diverging position inside a batch of the shape the speculative run
-verified it in (same start, same size: CPU kernels change with the batch size); if that yields the speculative
-token, the divergence is the arithmetic of batching. A real bug (wrong rollback, wrong acceptance) does not
-reproduce.
+whose gap is 0.07, also through the KV entries that earlier batches wrote. So a divergence with a larger gap
+is tested directly: the committed tokens (plain decoding's own, up to the divergence) are evaluated again in the
+batch shapes the speculative run used, without any drafter; if that chooses the speculative token, the
+divergence is the arithmetic of batching. A real bug (wrong rollback, wrong acceptance) does not reproduce.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
     from specframe.engine import Engine
 
 NEAR_TIE = 1e-2
-_WINDOWS = (2, 4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class LosslessVerdict:
     diverged_at: int | None          # index of the first differing generated token
     plain_margin: float | None       # plain decoding's top-2 logit gap there
     tie: float
-    batch_window: int | None = None  # a batch size whose plain evaluation yields the speculative token
+    replayed: bool = False           # the target's own batches, replayed without speculation, choose that token
 
     @property
     def identical(self) -> bool:
@@ -46,7 +44,7 @@ class LosslessVerdict:
 
     @property
     def ok(self) -> bool:
-        return self.identical or self.near_tie or self.batch_window is not None
+        return self.identical or self.near_tie or self.replayed
 
     def __str__(self) -> str:
         if self.identical:
@@ -55,15 +53,15 @@ class LosslessVerdict:
                  f"{self.plain_margin:.3g})")
         if self.near_tie:
             return f"{where}: a near-tie (< {self.tie})"
-        if self.batch_window is not None:
-            return f"{where}: reproduced without speculation by a batch of {self.batch_window} (batching arithmetic)"
+        if self.replayed:
+            return f"{where}: reproduced by the run's batch shapes without its drafts (batching arithmetic)"
         return f"{where}: NOT explained by a near-tie or by batching: a real difference"
 
 
 def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Engine | None" = None,
             tie: float = NEAR_TIE) -> LosslessVerdict:
     """Compare a greedy speculative run with a plain greedy run made with ``track_margins=True``. With the
-    ``engine`` that made them, a divergence that is no near-tie is re-evaluated with batching."""
+    ``engine`` that made them, a divergence that is no near-tie is replayed (see the module's doc)."""
     if plain.margins is None:
         raise ValueError("the plain run needs track_margins=True")
     n = min(len(plain.tokens), len(speculative.tokens))
@@ -71,33 +69,26 @@ def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Eng
     if diverged is None:
         return LosslessVerdict(n, None, None, tie)
     margin = plain.margins[diverged]
-    window = None
-    if margin >= tie and engine is not None:
-        window = _reproducing_batch(engine, plain, speculative, diverged)
-    return LosslessVerdict(n, diverged, margin, tie, window)
+    replayed = margin >= tie and engine is not None and _replay_chooses(engine, speculative, diverged)
+    return LosslessVerdict(n, diverged, margin, tie, replayed)
 
 
-def _reproducing_batch(engine: "Engine", plain: GenerationResult, speculative: GenerationResult,
-                       index: int) -> int | None:
-    """The size of a batch, if any, with which evaluating plain's prefix (prompt + its first ``index`` tokens)
-    chooses the speculative token next. First the batch the speculative run verified that token in (same start,
-    same size: the kernels depend on both), then batches that end at the token."""
-    sequence = np.concatenate([plain.prompt, np.asarray(plain.tokens, dtype=np.int32)])
-    end = len(plain.prompt) + index          # the token is chosen from the logits after sequence[:end]
-    token = speculative.tokens[index]
-    shapes = [(end - w, w) for w in _WINDOWS if w < end]
-    if speculative.passes is not None:
-        start, size = speculative.passes[index]
-        shapes.insert(0, (start, size))
+def _replay_chooses(engine: "Engine", run: GenerationResult, index: int) -> bool:
+    """Evaluate the committed tokens (which equal plain decoding's up to ``index``) in the batch shapes the
+    speculative run used, each pass padded where its rejected drafts were and cut back after it, with no drafter
+    involved; true when that chooses the run's token at ``index``. Rows of a batch do not depend on the other
+    rows' tokens, so this is the run's arithmetic without its drafts: a wrong rollback or acceptance differs."""
+    sequence = np.concatenate([run.prompt, np.asarray(run.tokens[:index + 1], dtype=np.int32)])
+    n_prompt = len(run.prompt)
     context = engine.context
-    for start, size in shapes:
-        batch = sequence[start:start + size]
-        if start <= 0 or len(batch) < end - start:
-            continue
-        batch = np.concatenate([batch, np.zeros(size - len(batch), dtype=np.int32)])   # later rows do not matter
-        context.clear()
-        context.decode(sequence[:start], 0)
+    context.clear()
+    if n_prompt > 1:
+        context.decode(sequence[:n_prompt - 1], 0)
+    for start, size in dict.fromkeys(run.passes[:index + 1]):     # each pass once, in order
+        emitted = sum(1 for p in run.passes[:index + 1] if p[0] == start)
+        committed = sequence[start:start + min(emitted, size)]
+        batch = np.concatenate([committed, np.zeros(size - len(committed), dtype=np.int32)])
         logits = context.decode(batch, start, all_logits=True)
-        if int(np.argmax(logits[end - 1 - start])) == token:
-            return size
-    return None
+        context.truncate(start + len(committed))
+    row = n_prompt + index - 1 - start
+    return int(np.argmax(logits[row])) == run.tokens[index]

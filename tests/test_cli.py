@@ -163,3 +163,4 @@ def test_bench_measures_every_strategy_against_plain_and_the_oracle(config, tmp_
 def test_bench_names_an_unknown_workload(config):
     result = CliRunner().invoke(main, ["bench", "-c", str(config), "-w", "nonsense"])
     assert result.exit_code != 0 and "workload 'nonsense': neither a built-in workload" in result.output
+

@@ -61,14 +61,10 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
             prompt = processes[PLAIN].call("tokenize", workload.prompt)
             runs: dict[str, list[GenerationResult]] = {name: [] for name in names}
             peaks = dict.fromkeys(names, 0.0)
-            reference = None     # the oracle's continuation
             for _ in range(repeat):
                 for name in names:
-                    if name == ORACLE:
-                        result, peak, reference = _oracle_run(processes[ORACLE], prompt, workload.max_tokens,
-                                                              reference or runs[PLAIN][0].tokens)
-                    else:
-                        result, peak = processes[name].call("generate", prompt, workload.max_tokens, None)
+                    reference = runs[PLAIN][0].tokens if name == ORACLE else None
+                    result, peak = processes[name].call("generate", prompt, workload.max_tokens, reference)
                     runs[name].append(result)
                     peaks[name] = max(peaks[name], peak)
                     progress(f"{workload.name}: {name}")
@@ -79,20 +75,6 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
     finally:
         for process in processes.values():
             process.close()
-
-
-def _oracle_run(process: "StrategyProcess", prompt: np.ndarray, max_tokens: int,
-                reference: list[int]) -> tuple[GenerationResult, float, list[int]]:
-    """An oracle run whose drafts are the continuation it produces. Batched verification can break a near-tie
-    of plain decoding the other way, and an oracle that holds plain's continuation has nothing to say after it;
-    so a run that left its reference is repeated with its own output as the reference (a few times at most).
-    Returns the run, its peak memory and the reference that held."""
-    for _ in range(4):
-        result, peak = process.call("generate", prompt, max_tokens, reference)
-        if result.tokens == reference[:len(result.tokens)]:
-            break
-        reference = result.tokens
-    return result, peak, reference
 
 
 class StrategyProcess:

@@ -1,0 +1,32 @@
+"""The benchmark's parts: workloads and the oracle drafter (the bench command itself is in test_cli.py)."""
+
+import numpy as np
+import pytest
+
+from specframe.bench.oracle import OracleDrafter
+from specframe.bench.workloads import BUILTIN, workload, workloads
+from specframe.errors import SpecframeError
+
+
+def test_the_oracle_drafts_the_reference_and_rejoins_it_after_a_divergence():
+    reference = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], dtype=np.int32)
+    oracle = OracleDrafter(reference)
+    oracle.begin(reference[:3])
+    assert oracle.draft(reference[:3], 4).tokens.tolist() == [4, 5, 6, 7]
+    assert oracle.draft(reference[:8], 2).tokens.tolist() == [9, 10]
+    diverged = np.array([1, 2, 3, 4, 5, 6, 7, 8, 99], dtype=np.int32)
+    assert len(oracle.draft(diverged, 4)) == 0                      # nothing in the reference follows 99
+    rejoined = np.array([1, 2, 3, 4, 5, 6, 7, 8, 99, 7, 8, 9, 10], dtype=np.int32)
+    assert oracle.draft(rejoined, 4).tokens.tolist() == [11, 12]    # the text met the reference again
+
+
+def test_built_in_workloads_are_real_prompts_with_budgets(tmp_path):
+    chosen = workloads()
+    assert [w.name for w in chosen] == list(BUILTIN) == ["code-editing", "quoting", "code-generation", "open-prose"]
+    assert all(len(w.prompt) > 40 and w.max_tokens >= 128 for w in chosen)
+    own = tmp_path / "mine.txt"
+    own.write_text("Summarise this.")
+    assert workload(str(own), 50) == workload(str(own), 50) and workload(str(own), 50).name == "mine"
+    (tmp_path / "empty.txt").write_text("  ")
+    with pytest.raises(SpecframeError, match="empty"):
+        workload(str(tmp_path / "empty.txt"))
