@@ -35,7 +35,7 @@ def test_calibration_measures_every_size_once_and_lengths_follow_the_real_curve(
     verify = VerifyCost()
     verify.calibrate(run_pass, range(1, 18))
     verify.calibrate(run_pass, range(1, 18))                 # already measured: nothing runs again
-    assert sorted(calls) == [1] + list(range(1, 18))
+    assert sorted(calls) == [1] + sorted(2 * list(range(1, 18)))   # fastest of 3 for one token, of 2 for more
     # With confident drafts, 15 tokens (a pass of 16) beat 14 (a pass of 15): the table, not a line, decides.
     assert estimate(0.95).length(verify, 16) == 15
     assert estimate(0.5).length(verify, 16) == 0              # one token costs 1.8 passes: not worth it
@@ -109,3 +109,22 @@ def test_drafts_that_stop_short_of_the_request_lower_the_estimate_like_rejection
         short.update(n_asked=16, n_drafted=5, n_accepted=5, seconds=0.05)
         full.update(n_asked=16, n_drafted=16, n_accepted=16, seconds=0.16)
     assert short.per_token < 0.9 < 0.99 < full.per_token
+
+
+def test_the_first_draft_sets_the_drafting_cost():
+    """An average that started from zero would judge a slow draft model cheap for its first dozen drafts."""
+    e = AcceptanceEstimate()
+    e.update(n_asked=4, n_drafted=4, n_accepted=4, seconds=0.080)
+    assert e.seconds_per_token == pytest.approx(0.020)
+    e.update(n_asked=4, n_drafted=4, n_accepted=4, seconds=0.040)
+    assert e.seconds_per_token == pytest.approx(0.018)
+
+
+def test_a_slow_outlier_pass_moves_the_table_only_a_little():
+    verify = VerifyCost()
+    verify.observe(1, 0.030)
+    verify.observe(1, 0.350)                    # another process took the CPU
+    assert verify.seconds(1) < 0.040
+    for _ in range(20):                          # a lasting change is followed
+        verify.observe(1, 0.060)
+    assert verify.seconds(1) == pytest.approx(0.060, rel=0.05)

@@ -41,8 +41,14 @@ class VerifyCost:
         return dict(sorted(self._seconds.items()))
 
     def observe(self, n_tokens: int, seconds: float) -> None:
+        """Move the size's average toward ``seconds``, at most halfway to half or double it: a pass slowed by
+        another process (or a calibration made under load) must not distort the table, while a lasting change
+        still takes over in a few passes."""
         old = self._seconds.get(n_tokens)
-        self._seconds[n_tokens] = seconds if old is None else old + self.smoothing * (seconds - old)
+        if old is None:
+            self._seconds[n_tokens] = seconds
+        else:
+            self._seconds[n_tokens] = old + self.smoothing * (min(max(seconds, old / 2), 2 * old) - old)
 
     def merge(self, other: "VerifyCost") -> None:
         """Take the sizes ``other`` measured and this one has not."""
@@ -50,11 +56,11 @@ class VerifyCost:
             self._seconds.setdefault(n, seconds)
 
     def calibrate(self, run_pass, sizes) -> None:
-        """Time ``run_pass(n)`` once for each size not measured yet (the faster of two for single tokens,
-        whose cost every other size is compared with)."""
+        """Time ``run_pass(n)`` for each size not measured yet: the fastest of three for single tokens, whose
+        cost every other size is compared with, of two for the others."""
         for n in sizes:
             if n not in self._seconds:
-                self._seconds[n] = min(run_pass(n) for _ in range(2 if n == 1 else 1))
+                self._seconds[n] = min(run_pass(n) for _ in range(3 if n == 1 else 2))
 
     def seconds(self, n_tokens: int) -> float:
         table = self._seconds
@@ -100,6 +106,7 @@ class AcceptanceEstimate:
     accepted: float = 3.0       # decayed count of accepted tokens (prior: p = 0.75, so a drafter gets tried)
     stops: float = 1.0          # decayed count of drafts that ended in a rejection
     seconds_per_token: float = 0.0
+    n_drafts: int = 0
     skipped: int = 0            # steps held at length 0 since the last draft
     probe_every: int = PROBE_EVERY
 
@@ -114,7 +121,11 @@ class AcceptanceEstimate:
         self.accepted = DECAY * self.accepted + n_accepted
         self.stops = DECAY * self.stops + (n_accepted < n_asked)
         per_token = seconds / n_drafted
-        self.seconds_per_token += 0.2 * (per_token - self.seconds_per_token)
+        if self.n_drafts == 0:       # the first measurement replaces the prior, or a slow drafter looks cheap
+            self.seconds_per_token = per_token
+        else:
+            self.seconds_per_token += 0.2 * (per_token - self.seconds_per_token)
+        self.n_drafts += 1
 
     def length(self, verify: VerifyCost, n_max: int) -> int:
         """The draft length with the best expected tokens per second (0: do not draft)."""
