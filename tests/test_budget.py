@@ -52,7 +52,8 @@ def test_measured_costs_survive_a_save_and_a_corrupt_file_is_ignored(tmp_path):
 
 
 def estimate(p, weight=100.0):
-    return AcceptanceEstimate(accepted=p * weight, stops=(1 - p) * weight)
+    """A drafter with acceptance p after many drafts, the last ones fully accepted (no cap in the way)."""
+    return AcceptanceEstimate(accepted=p * weight, stops=(1 - p) * weight, cap=64)
 
 
 def test_nearly_free_verification_drafts_everything_likely():
@@ -128,3 +129,17 @@ def test_a_slow_outlier_pass_moves_the_table_only_a_little():
     for _ in range(20):                          # a lasting change is followed
         verify.observe(1, 0.060)
     assert verify.seconds(1) == pytest.approx(0.060, rel=0.05)
+
+
+def test_the_cap_grows_after_full_drafts_and_falls_after_a_rejection():
+    e = AcceptanceEstimate()
+    verify = cost(0.030, 0.001)                 # cheap verification: only the cap limits the length
+    assert e.length(verify, 32) == 8
+    e.update(n_asked=8, n_drafted=8, n_accepted=8, seconds=0.0)
+    assert e.length(verify, 32) == 16
+    e.update(n_asked=16, n_drafted=16, n_accepted=16, seconds=0.0)
+    assert e.length(verify, 32) == 32 and e.length(verify, 16) == 16
+    e.update(n_asked=16, n_drafted=16, n_accepted=2, seconds=0.0)
+    assert e.cap == 3 and e.length(verify, 16) <= 3
+    e.update(n_asked=3, n_drafted=1, n_accepted=1, seconds=0.0)   # short but right: the cap stays
+    assert e.cap == 3

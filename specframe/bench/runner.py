@@ -56,6 +56,8 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
     names = strategies(config)
     processes = {name: StrategyProcess(config.path, name) for name in names}
     try:
+        for process in processes.values():    # all loaded and warmed up before anything is timed
+            process.call("ready")
         rows = []
         for workload in workloads:
             prompt = processes[PLAIN].call("tokenize", workload.prompt)
@@ -120,6 +122,7 @@ def _serve(conn, config_path: str, strategy: str) -> None:
             conn.send(("error", failure))
         return
     handlers = {
+        "ready": lambda: True,
         "tokenize": engine.prompt_tokens,
         "generate": lambda prompt, max_tokens, reference: _measured(engine, strategy, prompt, max_tokens, reference),
         "compare": lambda plain, result: _lossless(plain, result, engine),

@@ -4,7 +4,9 @@ A target pass over ``n`` tokens costs ``t(n)``; the engine measures it for every
 drafter's tokens are accepted one after another with a per-token probability ``p`` until the first rejection (a
 geometric model, estimated from its recent drafts with decaying counts), and each drafted token costs it ``c``
 seconds. A step with ``k`` drafted tokens then yields ``1 + p + p^2 + ... + p^k`` tokens in ``t(1 + k) + c k``
-seconds; the length chosen maximises that rate over ``0..n_max``. Zero means: do not draft now. A drafter held at zero is still
+seconds; the length chosen maximises that rate over ``0..min(n_max, cap)``, where the cap follows the last
+drafts: it doubles after a fully accepted one and falls to one past the accepted tokens after a rejection, since
+acceptance comes in runs (a copied passage ends, and the next long draft would be wasted). Zero means: do not draft now. A drafter held at zero is still
 probed with a short draft, so its estimate can recover when the text turns repetitive; the interval doubles
 while probes do not pay, since a probe is not free (a draft model must first catch up on the tokens it missed).
 A drafter so slow that not even always-accepted drafts would pay is not probed at all: its catch-up costs alone
@@ -21,6 +23,7 @@ DECAY = 0.9            # weight of the past in the acceptance estimate, per draf
 PROBE_EVERY = 16       # a drafter held at length 0 drafts PROBE_LENGTH tokens after this many steps,
 PROBE_MAX_EVERY = 512  # and after twice as many each time the probe did not earn it a real draft
 PROBE_LENGTH = 2
+START_CAP = 8          # the first drafts are asked for at most this many tokens
 
 
 class VerifyCost:
@@ -109,6 +112,8 @@ class AcceptanceEstimate:
     n_drafts: int = 0
     skipped: int = 0            # steps held at length 0 since the last draft
     probe_every: int = PROBE_EVERY
+    cap: int = START_CAP        # longest draft asked for now: doubles after a fully accepted draft, and falls to
+                                # one past the accepted tokens after a rejection (acceptance comes in runs)
 
     @property
     def per_token(self) -> float:
@@ -120,6 +125,10 @@ class AcceptanceEstimate:
         drafted and accepted, which is what a longer request buys."""
         self.accepted = DECAY * self.accepted + n_accepted
         self.stops = DECAY * self.stops + (n_accepted < n_asked)
+        if n_accepted < n_drafted:
+            self.cap = n_accepted + 1
+        elif n_drafted == n_asked:
+            self.cap = max(self.cap, 2 * n_asked)
         per_token = seconds / n_drafted
         if self.n_drafts == 0:       # the first measurement replaces the prior, or a slow drafter looks cheap
             self.seconds_per_token = per_token
@@ -128,8 +137,8 @@ class AcceptanceEstimate:
         self.n_drafts += 1
 
     def length(self, verify: VerifyCost, n_max: int) -> int:
-        """The draft length with the best expected tokens per second (0: do not draft)."""
-        best = self._best_length(verify, n_max, self.per_token)
+        """The draft length, up to the cap, with the best expected tokens per second (0: do not draft)."""
+        best = self._best_length(verify, min(n_max, self.cap), self.per_token)
         if best == 0:
             if self._best_length(verify, n_max, 1.0) == 0:
                 return 0    # not even drafts that are always right would pay for their cost: a probe cannot help
