@@ -102,6 +102,8 @@ def test_smollm_stops_at_end_of_generation_and_drafts_repetition(write_config):
         [target]
         model = "smollm2-135m-instruct-q4_1"
         n_ctx = 1024
+        [speculative]
+        adaptive = false
         [[drafter]]
         type = "prompt-lookup"
         [[drafter]]
@@ -117,7 +119,7 @@ def test_smollm_stops_at_end_of_generation_and_drafts_repetition(write_config):
                                 track_margins=True)
         spec = engine.generate("Repeat exactly: alpha beta gamma delta", max_tokens=80)
         assert compare(plain, spec, engine).ok
-        assert spec.stats.acceptance_rate > 0.3
+        assert spec.stats.n_accepted > 0 and spec.stats.tokens_per_pass > 1.5, spec.stats.as_dict()
 
 
 NGRAM_FAMILY = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
