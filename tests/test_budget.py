@@ -103,6 +103,23 @@ def test_a_drafter_too_slow_to_ever_pay_is_not_even_probed():
     assert any(cheap.length(verify, 16) for _ in range(2 * PROBE_EVERY))
 
 
+def test_a_drafter_whose_empty_calls_cost_more_than_a_pass_stops_being_asked():
+    """A held-back draft model probed in open prose: it catches up on the history, then p_min stops it at once.
+    Each probe would cost a longer catch-up; after the first, none is made."""
+    verify = cost(0.030, 0.025)      # a second token costs most of a pass: the prior acceptance is held back
+    e = AcceptanceEstimate()
+    asked = [e.length(verify, 16) for _ in range(PROBE_EVERY)]
+    assert asked == [0] * (PROBE_EVERY - 1) + [PROBE_LENGTH]
+    e.update_empty(seconds=0.070)
+    assert e.per_token == AcceptanceEstimate().per_token     # drafting nothing says nothing of acceptance
+    assert all(e.length(verify, 16) == 0 for _ in range(10 * PROBE_EVERY))
+    cheap = AcceptanceEstimate()                             # an n-gram drafter finding no match costs ~nothing
+    for _ in range(PROBE_EVERY):
+        cheap.length(verify, 16)
+        cheap.update_empty(seconds=20e-6)
+    assert any(cheap.length(verify, 16) for _ in range(2 * PROBE_EVERY))
+
+
 def test_drafts_that_stop_short_of_the_request_lower_the_estimate_like_rejections():
     """A draft model stopping at p_min after 5 of 16 asked tokens, all accepted, is not a 16-token drafter."""
     short, full = AcceptanceEstimate(), AcceptanceEstimate()

@@ -109,7 +109,7 @@ class AcceptanceEstimate:
     accepted: float = 3.0       # decayed count of accepted tokens (prior: p = 0.75, so a drafter gets tried)
     stops: float = 1.0          # decayed count of drafts that ended in a rejection
     seconds_per_token: float = 0.0
-    n_drafts: int = 0
+    costed: bool = False        # whether seconds_per_token has been measured yet
     skipped: int = 0            # steps held at length 0 since the last draft
     probe_every: int = PROBE_EVERY
     cap: int = START_CAP        # longest draft asked for now: doubles after a fully accepted draft, and falls to
@@ -129,12 +129,19 @@ class AcceptanceEstimate:
             self.cap = n_accepted + 1
         elif n_drafted == n_asked:
             self.cap = max(self.cap, 2 * n_asked)
-        per_token = seconds / n_drafted
-        if self.n_drafts == 0:       # the first measurement replaces the prior, or a slow drafter looks cheap
-            self.seconds_per_token = per_token
+        self._observe_cost(seconds / n_drafted)
+
+    def update_empty(self, seconds: float) -> None:
+        """A call that drafted nothing (no match, or a draft model stopped by p_min) still took its time, and a
+        draft model spends most of it catching up on the history: charged as one drafted token, so a drafter
+        whose mere asking does not pay stops being asked. The acceptance estimate is left alone."""
+        self._observe_cost(seconds)
+
+    def _observe_cost(self, per_token: float) -> None:
+        if not self.costed:          # the first measurement replaces the prior, or a slow drafter looks cheap
+            self.seconds_per_token, self.costed = per_token, True
         else:
             self.seconds_per_token += 0.2 * (per_token - self.seconds_per_token)
-        self.n_drafts += 1
 
     def length(self, verify: VerifyCost, n_max: int) -> int:
         """The draft length, up to the cap, with the best expected tokens per second (0: do not draft)."""

@@ -95,6 +95,7 @@ class DrafterChain:
                 self._winner = entry
                 self._winner_draft = (length, len(draft), seconds)
                 return draft
+            entry.estimate.update_empty(seconds)
         return NO_DRAFT
 
     def accept(self, n_accepted: int) -> None:
