@@ -77,11 +77,29 @@ def test_a_costly_drafter_drafts_less():
 def test_held_back_drafters_are_probed_less_and_less_often():
     held = estimate(0.1)
     verify = cost(0.063, 0.030)
-    lengths = [held.length(verify, 16) for _ in range(PROBE_EVERY + 2 * PROBE_EVERY)]
+    lengths = []
+    for _ in range(PROBE_EVERY + 2 * PROBE_EVERY):
+        lengths.append(held.length(verify, 16))
+        if lengths[-1]:
+            held.update(n_asked=lengths[-1], n_drafted=lengths[-1], n_accepted=0, seconds=1e-5)
     probes = [i for i, n in enumerate(lengths) if n]
     assert probes == [PROBE_EVERY - 1, 3 * PROBE_EVERY - 1] and lengths[probes[0]] == PROBE_LENGTH
     held.accepted, held.stops = 95.0, 5.0      # the text turned repetitive: a real draft resets the interval
     assert held.length(verify, 16) > 0 and held.probe_every == PROBE_EVERY
+
+
+def test_a_probe_waits_for_a_draft():
+    """ngram-simple has a draft only where a 12-gram repeats: a probe at a step without one is not spent."""
+    held = estimate(0.1)
+    verify = cost(0.063, 0.030)
+    lengths = [held.length(verify, 16) for _ in range(PROBE_EVERY - 1)]
+    for _ in range(5):                      # nothing to draft: asked again at the next step
+        lengths.append(held.length(verify, 16))
+        held.update_empty(seconds=1e-5)
+    assert lengths == [0] * (PROBE_EVERY - 1) + [PROBE_LENGTH] * 5
+    assert held.length(verify, 16) == PROBE_LENGTH
+    held.update(n_asked=PROBE_LENGTH, n_drafted=PROBE_LENGTH, n_accepted=0, seconds=1e-5)
+    assert held.length(verify, 16) == 0 and held.probe_every == 2 * PROBE_EVERY
 
 
 def test_estimates_follow_recent_drafts():

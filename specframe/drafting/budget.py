@@ -7,8 +7,8 @@ seconds. A step with ``k`` drafted tokens then yields ``1 + p + p^2 + ... + p^k`
 seconds; the length chosen maximises that rate over ``0..min(n_max, cap)``, where the cap follows the last
 drafts: it doubles after a fully accepted one and falls to one past the accepted tokens after a rejection, since
 acceptance comes in runs (a copied passage ends, and the next long draft would be wasted). Zero means: do not draft now. A drafter held at zero is still
-probed with a short draft, so its estimate can recover when the text turns repetitive; the interval doubles
-while probes do not pay, since a probe is not free (a draft model must first catch up on the tokens it missed).
+probed with a short draft (asked each step from then on until it drafts), so its estimate can recover when
+the text turns repetitive; the interval doubles while probes do not pay, since a probe is not free (a draft model must first catch up on the tokens it missed).
 A drafter so slow that not even always-accepted drafts would pay is not probed at all: its catch-up costs alone
 (which its measured cost includes) would make it slower than plain decoding.
 """
@@ -116,6 +116,10 @@ class AcceptanceEstimate:
                                 # one past the accepted tokens after a rejection (acceptance comes in runs)
 
     @property
+    def probing(self) -> bool:
+        return self.skipped >= self.probe_every
+
+    @property
     def per_token(self) -> float:
         return self.accepted / (self.accepted + self.stops)
 
@@ -123,6 +127,9 @@ class AcceptanceEstimate:
         """A draft of ``n_drafted`` tokens, asked for ``n_asked``, of which ``n_accepted`` stood. A draft that
         stops short of what was asked counts like a rejection there: the estimate is of tokens that are both
         drafted and accepted, which is what a longer request buys."""
+        if self.probing:             # the draft was a probe: the next one comes twice as late
+            self.skipped = 0
+            self.probe_every = min(2 * self.probe_every, PROBE_MAX_EVERY)
         self.accepted = DECAY * self.accepted + n_accepted
         self.stops = DECAY * self.stops + (n_accepted < n_asked)
         if n_accepted < n_drafted:
@@ -150,10 +157,9 @@ class AcceptanceEstimate:
             if self._best_length(verify, n_max, 1.0) == 0:
                 return 0    # not even drafts that are always right would pay for their cost: a probe cannot help
             self.skipped += 1
-            if self.skipped >= self.probe_every:
-                self.skipped = 0
-                self.probe_every = min(2 * self.probe_every, PROBE_MAX_EVERY)
-                return min(PROBE_LENGTH, n_max)
+            if self.probing:
+                return min(PROBE_LENGTH, n_max)   # asked each step until it drafts: an n-gram drafter may
+                                                  # have nothing to propose at the step the interval ends
         else:
             self.skipped = 0
             self.probe_every = PROBE_EVERY
