@@ -13,6 +13,7 @@ divergence is the arithmetic of batching. A real bug (wrong rollback, wrong acce
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -84,8 +85,9 @@ def _replay_chooses(engine: "Engine", run: GenerationResult, index: int) -> bool
     context.clear()
     if n_prompt > 1:
         context.decode(sequence[:n_prompt - 1], 0)
-    for start, size in dict.fromkeys(run.passes[:index + 1]):     # each pass once, in order
-        emitted = sum(1 for p in run.passes[:index + 1] if p[0] == start)
+    # a pass is (start, size) and starts only grow: counting the tuples gives each pass, in order, with the
+    # number of tokens it emitted
+    for (start, size), emitted in Counter(run.passes[:index + 1]).items():
         committed = sequence[start:start + min(emitted, size)]
         batch = np.concatenate([committed, np.zeros(size - len(committed), dtype=np.int32)])
         logits = context.decode(batch, start, all_logits=True)
