@@ -6,9 +6,10 @@ geometric model, estimated from its recent drafts with decaying counts), and eac
 seconds. A step with ``k`` drafted tokens then yields ``1 + p + p^2 + ... + p^k`` tokens in ``t(1 + k) + c k``
 seconds; the length chosen maximises that rate over ``0..min(n_max, cap)``, where the cap follows the last
 drafts: it doubles after a fully accepted one and falls to one past the accepted tokens after a rejection, since
-acceptance comes in runs (a copied passage ends, and the next long draft would be wasted). Zero means: do not draft now. A drafter held at zero is still
-probed with a short draft (asked each step from then on until it drafts), so its estimate can recover when
-the text turns repetitive; the interval doubles while probes do not pay, since a probe is not free (a draft model must first catch up on the tokens it missed).
+acceptance comes in runs (a copied passage ends, and the next long draft would be wasted). Zero means: do not
+draft now. A drafter held at zero is still probed with a short draft (asked each step from then on until it
+drafts), so its estimate can recover when the text turns repetitive; the interval doubles while probes do not
+pay, since a probe is not free (a draft model must first catch up on the tokens it missed).
 A drafter so slow that not even always-accepted drafts would pay is not probed at all: its catch-up costs alone
 (which its measured cost includes) would make it slower than plain decoding.
 """
@@ -20,7 +21,7 @@ import pathlib
 from dataclasses import dataclass
 
 DECAY = 0.9            # weight of the past in the acceptance estimate, per draft
-PROBE_EVERY = 16       # a drafter held at length 0 drafts PROBE_LENGTH tokens after this many steps,
+PROBE_EVERY = 16       # a drafter held at length 0 is asked for PROBE_LENGTH tokens after this many steps,
 PROBE_MAX_EVERY = 512  # and after twice as many each time the probe did not earn it a real draft
 PROBE_LENGTH = 2
 START_CAP = 8          # the first drafts are asked for at most this many tokens
