@@ -42,6 +42,7 @@ typedef struct llama_batch {
 struct llama_model_params {
     int32_t n_gpu_layers;
     bool vocab_only;
+    bool use_extra_bufts;
     ...;
 };
 
@@ -56,6 +57,20 @@ struct llama_context_params {
     ...;
 };
 
+enum llama_ftype {
+    LLAMA_FTYPE_MOSTLY_Q4_0 = 2, LLAMA_FTYPE_MOSTLY_Q8_0 = 7, LLAMA_FTYPE_MOSTLY_Q4_K_M = 15,
+    LLAMA_FTYPE_MOSTLY_IQ4_NL = 25, ...
+};
+
+typedef struct llama_model_quantize_params {
+    int32_t nthread;
+    enum llama_ftype ftype;
+    bool allow_requantize;
+    bool quantize_output_tensor;
+    bool pure;
+    ...;
+} llama_model_quantize_params;
+
 typedef struct llama_chat_message {
     const char * role;
     const char * content;
@@ -68,6 +83,9 @@ void llama_log_set(ggml_log_callback log_callback, void * user_data);
 
 struct llama_model_params llama_model_default_params(void);
 struct llama_context_params llama_context_default_params(void);
+
+struct llama_model_quantize_params llama_model_quantize_default_params(void);
+uint32_t llama_model_quantize(const char * fname_inp, const char * fname_out, const llama_model_quantize_params * params);
 
 struct llama_model * llama_model_load_from_file(const char * path_model, struct llama_model_params params);
 void llama_model_free(struct llama_model * model);

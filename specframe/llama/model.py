@@ -20,7 +20,8 @@ class Model(Handle):
 
     _what = "model"
 
-    def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = 0, vocab_only: bool = False):
+    def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = 0, vocab_only: bool = False,
+                 use_extra_bufts: bool = True):
         self._ffi, self._lib = native()
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
@@ -28,6 +29,7 @@ class Model(Handle):
         params = self._lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        params.use_extra_bufts = use_extra_bufts
         handle = self._lib.llama_model_load_from_file(self.path.encode(), params)
         if handle == self._ffi.NULL:
             raise ModelError(f"llama.cpp could not load {self.path}: not a GGUF model this build supports "
