@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass, field
 
 from specframe.errors import ConfigError
+from specframe.drafting.chain import ARBITRATIONS
 from specframe.models import is_model_reference
 from specframe.params import param
 from specframe.plugins import DrafterType, Plugins, load_plugins
@@ -41,6 +42,9 @@ class SpeculativeConfig:
     n_max: int = param(16, min=0, help="most tokens verified per step beyond the first")
     n_min: int = param(0, min=0, help="drafts shorter than this are dropped and the next drafter is asked")
     adaptive: bool = param(True, help="draft only as many tokens as measured costs and acceptance make worthwhile")
+    arbitration: str = param("gain", choices=ARBITRATIONS,
+                             help="which draft to verify: the one with the most expected tokens per second "
+                                  "(gain), or the first non-empty one in order (priority, llama.cpp's rule)")
     acceptance: str = param("rejection", choices=ACCEPTANCE_MODES,
                             help="at temperature > 0: rejection sampling with the drafts' distributions, or "
                                  "sample-and-match (the target samples, a draft token stands if it was sampled)")
