@@ -229,7 +229,6 @@ def test_adaptive_draft_lengths_keep_the_output_and_hold_back_poor_drafters(engi
     drafters = spec.stats.drafters
     # A synthetic draft model as big as its target costs a pass per drafted token: held back, probed at the start.
     assert drafters["draft-model"]["held_back"] > 0 and drafters["draft-model"]["calls"] >= 1
-    assert all(d["calls"] > 100 for name, d in drafters.items() if name != "draft-model")   # cheap: asked each step
 
 
 def test_a_draft_of_another_vocabulary_drafts_through_token_mapping(engine_for):
