@@ -2,7 +2,8 @@
 # Before sourcing, the script sets TAG (its name in messages) and USAGE_LINES (the range of its header that
 # --help prints). Afterwards it has say/die/hash_stdin, FORCE and JOBS from --force/--jobs N, cmake and ninja on
 # PATH, REPO_DIR, CACHE_DIR, PYTHON, LLAMA_COMMIT, SRC_DIR (the pinned llama.cpp source) and CPU_FLAGS (the CPU
-# CMake flags of our own libllama build, from ./build_llama.sh --print-cmake-args).
+# CMake flags of our own libllama build, from ./build_llama.sh --print-cmake-args; with --cuda, its CUDA flags too),
+# BACKEND (cpu or cuda) and TOOLS_ONLY (--tools-only).
 
 LLAMA_COMMIT=0c1e570
 
@@ -13,14 +14,18 @@ hash_stdin() { "$PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin
 REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 CACHE_DIR=${SPECFRAME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specframe}
-JOBS=2
+JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 FORCE=0
+BACKEND=cpu
+TOOLS_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --force) FORCE=1 ;;
         --jobs) JOBS=${2:?--jobs needs a number}; shift ;;
+        --cuda) BACKEND=cuda ;;
+        --tools-only) TOOLS_ONLY=1 ;;
         -h|--help) sed -n "${USAGE_LINES}p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown option '$1' (expected --force, --jobs N)" ;;
+        *) die "unknown option '$1' (expected --force, --jobs N, --cuda, --tools-only)" ;;
     esac
     shift
 done
@@ -41,7 +46,7 @@ else
     fi
 fi
 
-mapfile -t CPU_FLAGS < <("$REPO_DIR/build_llama.sh" --cpu --print-cmake-args)
+mapfile -t CPU_FLAGS < <("$REPO_DIR/build_llama.sh" "--$BACKEND" --print-cmake-args)
 [ "${#CPU_FLAGS[@]}" -gt 0 ] || die "./build_llama.sh --print-cmake-args printed no flags"
 
 # The source's identity: its path, the commit and the newest modification time of the given parts of the tree.

@@ -5,7 +5,10 @@
 #   bin/   llama.cpp's llama-bench, llama-completion, llama-speculative-simple, llama-lookup (and their libraries)
 #   venv/  llama-cpp-python 0.3.36 built from its sdist, the same flags passed through CMAKE_ARGS
 #
-#   benchmarks/peers/build.sh [--force] [--jobs N]
+#   benchmarks/peers/build.sh [--force] [--jobs N] [--cuda] [--tools-only]
+#
+# --cuda builds the tools for NVIDIA GPUs (the flags of ./build_llama.sh --cuda); --tools-only skips
+# llama-cpp-python.
 #
 # Source: $LLAMA_CPP_DIR when set, otherwise the tree that ./build_llama.sh extracts into
 # ${SPECFRAME_CACHE:-${XDG_CACHE_HOME:-~/.cache}/specframe}/src/llama.cpp-0c1e570 (run here when it is missing).
@@ -15,7 +18,7 @@
 set -euo pipefail
 
 TAG=peers/build
-USAGE_LINES=2,14
+USAGE_LINES=2,17
 LCP_VERSION=0.3.36
 RECIPE_VERSION=1   # bump when the way the peers are configured changes
 TOOLS=(llama-bench llama-completion llama-speculative-simple llama-lookup)
@@ -33,13 +36,15 @@ logged() {
 SOURCE_ID=$(source_id src ggml include common vendor tools examples CMakeLists.txt cmake)
 
 SDIST="$CACHE_DIR/src/llama_cpp_python-$LCP_VERSION.tar.gz"   # build_llama.sh keeps it there, sha256-checked
-if [ ! -f "$SDIST" ]; then
+if [ "$TOOLS_ONLY" = 1 ]; then
+    SDIST_ID=none
+elif [ ! -f "$SDIST" ]; then
     say "downloading the llama-cpp-python==$LCP_VERSION sdist"
     mkdir -p "$(dirname "$SDIST")"
     "$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-python -d "$(dirname "$SDIST")" \
         "llama-cpp-python==$LCP_VERSION" || die "could not download llama-cpp-python==$LCP_VERSION from PyPI"
 fi
-SDIST_ID=$(hash_stdin < "$SDIST")
+[ "$TOOLS_ONLY" = 1 ] || SDIST_ID=$(hash_stdin < "$SDIST")
 
 # --- flags and key --------------------------------------------------------------------------------------------
 TOOLS_CMAKE_ARGS=(
@@ -74,7 +79,9 @@ else
 fi
 
 # --- llama-cpp-python -----------------------------------------------------------------------------------------
-if [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/venv/.complete" ]; then
+if [ "$TOOLS_ONLY" = 1 ]; then
+    say "--tools-only: llama-cpp-python is not built"
+elif [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/venv/.complete" ]; then
     say "building llama-cpp-python $LCP_VERSION from its sdist into $OUT_DIR/venv (about 10 minutes on 2 cores)"
     rm -rf "$OUT_DIR/venv"
     logged "$OUT_DIR/venv.log" "creating the venv" "$PYTHON" -m venv "$OUT_DIR/venv"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specframe.bench.workloads import workloads
+from specframe.config import tomllib
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
 from specframe.llama._native import library_prefix
@@ -34,11 +35,13 @@ from specframe.models import resolve_model
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-RESULTS_JSON = HERE / "results.json"
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m"
 N_CTX = 4096
-GROUPS = ("plain", "draft-model", "ngram", "prompt-lookup")
+GROUPS = ("plain", "draft-model", "ngram", "prompt-lookup", "default")
+EXAMPLE_CONFIG = REPO / "config.example.toml"
+BEST_NATIVE = "llama.cpp's best native type"      # the fastest llama.cpp speculative run of the workload
+NATIVE = ("llama-speculative-simple", "llama-lookup")
 DRAFT_MODEL = {"n_max": 16, "p_min": 0.75}
 PROMPT_LOOKUP = {"max_ngram": 2, "num_pred": 10}
 # The longest draft llama.cpp makes per n-gram type at 0c1e570 with its defaults (size_m = 48, ngram-mod n_max = 64,
@@ -96,12 +99,13 @@ class Comparison:
 class Ours:
     """specframe's engine, a fresh one per run (as each peer run is a fresh process), warmed up by one request."""
 
-    def __init__(self, workdir: pathlib.Path, target: pathlib.Path, threads: int):
-        self.workdir, self.target, self.threads = workdir, target, threads
+    def __init__(self, workdir: pathlib.Path, target: pathlib.Path, threads: int, gpu_layers: int = 0):
+        self.workdir, self.target, self.threads, self.gpu_layers = workdir, target, threads, gpu_layers
 
     def config(self, name: str, drafter: dict | None = None, n_max: int = 16, adaptive: bool = True) -> pathlib.Path:
         lines = ["[target]", f"model = {json.dumps(str(self.target))}", f"n_ctx = {N_CTX}",
-                 f"threads = {self.threads}", "", "[speculative]", f"n_max = {n_max}",
+                 f"threads = {self.threads}", f"n_gpu_layers = {self.gpu_layers}", "", "[speculative]",
+                 f"n_max = {n_max}",
                  f"adaptive = {json.dumps(adaptive)}"]
         if drafter:
             lines += ["", "[[drafter]]"] + [f"{key} = {json.dumps(value)}" for key, value in drafter.items()]
@@ -131,10 +135,41 @@ class Ours:
                                        stats.n_drafted, stats.n_accepted)}
         return run
 
+    def example(self, label: str) -> Runner:
+        """The shipped config.example.toml as a user runs it, with this run's target, threads and context."""
+        data = tomllib.loads(EXAMPLE_CONFIG.read_text())
+        data["target"].update(model=str(self.target), threads=self.threads, n_ctx=N_CTX, n_gpu_layers=self.gpu_layers)
+        path = self.workdir / "example.toml"
+        path.write_text(_toml(data))
+
+        def run(prompt: Prompt) -> dict[str, Measurement]:
+            with Engine.from_config(path) as engine:
+                engine.generate(WARMUP_PROMPT, max_tokens=4)
+                stats = engine.generate(prompt.tokens, max_tokens=prompt.max_tokens, temperature=0.0).stats
+            return {label: Measurement(stats.tokens_per_second, stats.n_generated, stats.n_prompt_tokens,
+                                       stats.n_drafted, stats.n_accepted)}
+        return run
+
     def both_modes(self, name: str, drafter: dict, n_max: int) -> list[tuple[str, Runner]]:
         """Ours with cost-aware draft lengths (the default) and with fixed ones (as llama.cpp drafts)."""
         return [(f"specframe {name}", self.speculative(f"specframe {name}", drafter, n_max, True)),
                 (f"specframe {name} fixed", self.speculative(f"specframe {name} fixed", drafter, n_max, False))]
+
+
+def _toml(data: dict) -> str:
+    """A config dict as TOML: tables of scalars, lists and inline tables; [[drafter]] arrays."""
+    def value(v) -> str:
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + "}"
+        return json.dumps(v)
+
+    lines = []
+    for section, table in data.items():
+        for entry in (table if isinstance(table, list) else [table]):
+            lines.append(f"[[{section}]]" if isinstance(table, list) else f"[{section}]")
+            lines += [f"{key} = {value(v)}" for key, v in entry.items()]
+            lines.append("")
+    return "\n".join(lines)
 
 
 # --- llama.cpp's tools ---------------------------------------------------------------------------------------------
@@ -149,8 +184,10 @@ def _number(pattern: str, output: str, tool: str, cast=float):
 class LlamaCpp:
     """llama.cpp's tools from the peers build, each run once per measurement; their own timings are parsed."""
 
-    def __init__(self, bin_dir: pathlib.Path, target: pathlib.Path, draft: pathlib.Path, threads: int):
+    def __init__(self, bin_dir: pathlib.Path, target: pathlib.Path, draft: pathlib.Path, threads: int,
+                 gpu_layers: int = 0):
         self.bin_dir, self.target, self.draft, self.threads = bin_dir, target, draft, threads
+        self.gpu = ["-ngl", str(gpu_layers)]
 
     def _run(self, tool: str, args: list[str]) -> subprocess.CompletedProcess:
         path = self.bin_dir / tool
@@ -170,7 +207,7 @@ class LlamaCpp:
     def _generation_args(self, prompt: Prompt) -> list[str]:
         # -p with --no-escape: the text exactly (-f would drop the template's final newline); greedy; no EOS override
         return ["-m", str(self.target), "-p", prompt.text, "--no-escape", "-c", str(N_CTX),
-                "-t", str(self.threads), "-tb", str(self.threads), "--temp", "0"]
+                "-t", str(self.threads), "-tb", str(self.threads), "--temp", "0", *self.gpu]
 
     def completion(self, prompt: Prompt) -> dict[str, Measurement]:
         """Plain generation. Its perf counters give the decode time alone and the whole loop's time."""
@@ -197,7 +234,7 @@ class LlamaCpp:
                 "llama-bench pp": Measurement(pp["avg_ts"], 0, pp["n_prompt"])}
 
     def _bench(self, test: list[str]) -> dict:
-        args = ["-m", str(self.target), "-t", str(self.threads), "-r", "1", "-o", "json", *test]
+        args = ["-m", str(self.target), "-t", str(self.threads), "-r", "1", "-o", "json", *self.gpu, *test]
         return json.loads(self._run("llama-bench", args).stdout)[0]
 
     # llama-speculative-simple and llama-lookup stop once they have made more than -n tokens: they get one fewer
@@ -269,7 +306,7 @@ def comparisons(groups: list[str], ours: Ours, cpp: LlamaCpp, lcp: LlamaCppPytho
     if "draft-model" in groups:
         drafter = {"type": "draft-model", "model": str(cpp.draft), **DRAFT_MODEL}
         peer = ["--spec-type", "draft-simple", "-md", str(cpp.draft), "--spec-draft-n-max", str(DRAFT_MODEL["n_max"]),
-                "--spec-draft-p-min", str(DRAFT_MODEL["p_min"])]
+                "--spec-draft-p-min", str(DRAFT_MODEL["p_min"]), "-ngld", cpp.gpu[1]]
         shown = " ".join(DRAFT if arg == str(cpp.draft) else arg for arg in peer)
         found.append(_speculative("draft-model", "draft-model", DRAFT_MODEL["n_max"],
                                   ours.both_modes("draft-model", drafter, DRAFT_MODEL["n_max"]), cpp, peer,
@@ -284,6 +321,15 @@ def comparisons(groups: list[str], ours: Ours, cpp: LlamaCpp, lcp: LlamaCppPytho
                 setup += f" and `llama-lookup --spec-draft-n-max {n_max}`"
             found.append(_speculative("ngram", kind, n_max, ours.both_modes(kind, {"type": kind}, n_max), cpp, peer,
                                       setup, extra))
+    if "default" in groups:
+        found.append(Comparison(
+            "default", "default config",
+            f"specframe with `config.example.toml` as shipped (its drafters and settings; this run's threads and "
+            f"n_ctx {N_CTX}) vs the fastest of llama.cpp's native speculative runs of the same workload in this "
+            f"report (`llama-speculative-simple` with each `--spec-type`, `llama-lookup`: the draft-model and "
+            f"ngram comparisons, which must be run too).",
+            [("specframe default config", ours.example("specframe default config"))],
+            [("specframe default config", BEST_NATIVE)]))
     if "prompt-lookup" in groups:
         ours_runners = ours.both_modes("prompt-lookup", {"type": "prompt-lookup", **PROMPT_LOOKUP},
                                        PROMPT_LOOKUP["num_pred"])
@@ -396,6 +442,17 @@ def summarize(plan: list[Comparison], prompts: list[Prompt], records: list[dict]
             return None
         return _median(r["tokens_per_second"] for r in runs(baseline, workload))
 
+    def best_native(workload):
+        """The (comparison, label) of llama.cpp's fastest speculative run of a workload (medians), and its runs."""
+        candidates = {(r["comparison"], r["label"]) for r in records if r["label"] in NATIVE}
+        scored = [(_median(r["tokens_per_second"] for r in runs(label, workload, name)), name, label)
+                  for name, label in candidates]
+        scored = [entry for entry in scored if entry[0] is not None]
+        if not scored:
+            return "none measured", []
+        _, name, label = max(scored)
+        return f"{label} {name}", runs(label, workload, name)
+
     rows = []
     for comparison in plan:
         for ours_label, peer_label in comparison.pairs:
@@ -403,7 +460,11 @@ def summarize(plan: list[Comparison], prompts: list[Prompt], records: list[dict]
                 row = {"group": comparison.group, "comparison": comparison.name, "workload": prompt.workload,
                        "ours": ours_label, "peer": peer_label}
                 for side, label in (("ours", ours_label), ("peer", peer_label)):
-                    sample = runs(label, prompt.workload, comparison.name)
+                    if label == BEST_NATIVE:
+                        label, sample = best_native(prompt.workload)
+                        row["peer"] = f"{BEST_NATIVE}: {label}"
+                    else:
+                        sample = runs(label, prompt.workload, comparison.name)
                     speed = _median(r["tokens_per_second"] for r in sample)
                     plain = plain_speed(label, prompt.workload) if comparison.group != "plain" else None
                     row[f"{side}_tokens_per_second"] = speed
@@ -418,7 +479,7 @@ def summarize(plan: list[Comparison], prompts: list[Prompt], records: list[dict]
 
 # --- the report ----------------------------------------------------------------------------------------------------
 
-def environment(peers_dir: pathlib.Path, threads: int, outputs: list[pathlib.Path]) -> dict:
+def environment(peers_dir: pathlib.Path, threads: int, outputs: list[pathlib.Path], cuda: bool = False) -> dict:
     """Machine, build and versions, for the report's header; the tree counts as dirty for changes besides our
     own outputs."""
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -430,11 +491,16 @@ def environment(peers_dir: pathlib.Path, threads: int, outputs: list[pathlib.Pat
     excluded = [f":(exclude){path.resolve()}" for path in outputs]
     dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", *excluded], cwd=REPO, capture_output=True,
                            text=True).stdout.strip()
-    return {"cpu": cpu.group(1).strip() if cpu else "unknown", "threads": threads, "kernel": os.uname().release,
+    gpu = (subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                          text=True).stdout.strip() or "unknown") if cuda else None
+    return {"cpu": cpu.group(1).strip() if cpu else "unknown", "gpu": gpu, "threads": threads,
+            "kernel": os.uname().release,
             "cmake_flags": peer_flags, "libllama_flags_match": ours_flags == peer_flags,
             "libllama_prefix": str(library_prefix()), "llama_cpp_commit": build_info.get("commit"),
             "llama_cpp_python": build_info.get("llama-cpp-python"), "compiler": build_info.get("compiler"),
-            "specframe_commit": commit.stdout.strip() or "unknown", "specframe_dirty": bool(dirty),
+            # a copy of the tree without its git history (a GPU machine) names its commit in SPECFRAME_COMMIT
+            "specframe_commit": commit.stdout.strip() or os.environ.get("SPECFRAME_COMMIT", "unknown"),
+            "specframe_dirty": bool(dirty),
             "target": TARGET, "draft": DRAFT}
 
 
@@ -460,7 +526,9 @@ def report(meta: dict, plan: list[Comparison], prompts: list[Prompt], rows: list
         "implementation's plain decoding (specframe plain, llama-completion, llama-cpp-python plain).", "",
         "## Setup", "",
         f"- Machine: {env['cpu']}, {env['threads']} cores, every tool at `threads = {env['threads']}`; "
-        f"Linux {env['kernel']}.",
+        f"Linux {env['kernel']}."
+        + (f" GPU: {env['gpu']}, every layer of the target and the draft on it (`-ngl 99 -ngld 99`, "
+           "`n_gpu_layers = 99`)." if env.get("gpu") else ""),
         (f"- **Warning: {meta['disturbed']} of {meta['measurements']} measurements began while other processes were "
          "using the CPU: rerun on a quiet machine.**" if meta["disturbed"] else
          "- No other process was using the CPU when any run began."),
@@ -493,7 +561,7 @@ def report(meta: dict, plan: list[Comparison], prompts: list[Prompt], rows: list
     for comparison in plan:
         for ours_label, peer_label in comparison.pairs:
             pair = [r for r in rows if r["comparison"] == comparison.name and r["ours"] == ours_label
-                    and r["peer"] == peer_label]
+                    and r["peer"].startswith(peer_label)]
             lines.append(f"| {comparison.name} | {ours_label} | {peer_label} | "
                          f"{_fmt(_geomean(r['ours_tokens_per_second'] for r in pair))} | "
                          f"{_fmt(_geomean(r['peer_tokens_per_second'] for r in pair))} | "
@@ -513,11 +581,25 @@ def report(meta: dict, plan: list[Comparison], prompts: list[Prompt], rows: list
     return "\n".join(lines) + "\n"
 
 
+def gpu_section(path: pathlib.Path) -> str:
+    """The machine and summary of the GPU report (run.py --cuda), to show beside this machine's."""
+    text = path.read_text()
+    machine = re.search(r"^- Machine: .*$", text, re.MULTILINE)
+    written = re.search(r"^Written by .*?:", text, re.MULTILINE)
+    summary = re.search(r"^## Summary\n(.*?)(?=^## )", text, re.MULTILINE | re.DOTALL)
+    if not (machine and summary):
+        return ""
+    return "\n".join(["", "## On an NVIDIA GPU", "",
+                      f"From [{path.name}]({path.name}) ({written.group(0)[:-1] if written else 'run.py --cuda'}).",
+                      "", machine.group(0), "", summary.group(1).strip(), ""])
+
+
 # --- main ----------------------------------------------------------------------------------------------------------
 
-def build_peers() -> pathlib.Path:
+def build_peers(cuda: bool) -> pathlib.Path:
     """build.sh (builds nothing when the cache is complete); its last stdout line is the peers' folder."""
-    proc = subprocess.run([str(HERE / "build.sh")], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run([str(HERE / "build.sh"), *(["--cuda", "--tools-only"] if cuda else [])],
+                          stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise PeerError("benchmarks/peers/build.sh failed (see above)")
     return pathlib.Path(proc.stdout.strip().splitlines()[-1])
@@ -531,9 +613,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS), metavar="GROUP",
                         help=f"comparisons to run: {', '.join(GROUPS)} (default: all)")
     parser.add_argument("--max-tokens", type=int, help="token budget for every workload (default: each its own)")
-    parser.add_argument("--out", type=pathlib.Path, default=REPO / "benchmarks" / "RESULTS.md",
-                        help="Markdown report (default: benchmarks/RESULTS.md)")
+    parser.add_argument("--cuda", action="store_true", help="every layer of both models on the GPU, against "
+                        "llama.cpp's tools built for CUDA (needs ./build_llama.sh --cuda; no llama-cpp-python: "
+                        "the prompt-lookup group is left out)")
+    parser.add_argument("--out", type=pathlib.Path, help="Markdown report (default: benchmarks/RESULTS.md, with "
+                        "--cuda benchmarks/RESULTS-cuda.md)")
     args = parser.parse_args()
+    args.out = args.out or REPO / "benchmarks" / ("RESULTS-cuda.md" if args.cuda else "RESULTS.md")
+    if args.cuda:
+        args.only = [group for group in args.only if group != "prompt-lookup"]
     if args.repeat < 1 or (args.max_tokens is not None and args.max_tokens < 2):
         parser.error("--repeat must be >= 1 and --max-tokens >= 2")
     return args
@@ -542,15 +630,17 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     started = time.monotonic()
-    peers_dir = build_peers()
+    peers_dir = build_peers(args.cuda)
     threads = len(os.sched_getaffinity(0))
+    gpu_layers = 99 if args.cuda else 0
+    results_json = HERE / ("results-cuda.json" if args.cuda else "results.json")
     target, draft = resolve_model(TARGET), resolve_model(DRAFT)
     prompts = templated_prompts(args.workload, args.max_tokens, target)
-    env = environment(peers_dir, threads, [args.out, RESULTS_JSON])
+    env = environment(peers_dir, threads, [args.out, results_json], args.cuda)
     with tempfile.TemporaryDirectory() as tmp:
         # flash attention: llama.cpp's default "auto" turns it on for the CPU; llama-cpp-python's default is off
-        plan = comparisons(args.only, Ours(pathlib.Path(tmp), target, threads),
-                           LlamaCpp(peers_dir / "bin", target, draft, threads),
+        plan = comparisons(args.only, Ours(pathlib.Path(tmp), target, threads, gpu_layers),
+                           LlamaCpp(peers_dir / "bin", target, draft, threads, gpu_layers),
                            LlamaCppPython(peers_dir / "venv", target, threads, flash_attn=True))
         records = measure(plan, prompts, args.repeat)
     rows = summarize(plan, prompts, records)
@@ -558,9 +648,13 @@ def main() -> None:
             "duration": _minutes(time.monotonic() - started), "repeat": args.repeat,
             "measurements": len(records), "disturbed": sum(1 for r in records if r["other_load"]),
             "environment": env}
-    args.out.write_text(report(meta, plan, prompts, rows))
-    RESULTS_JSON.write_text(json.dumps({"meta": meta, "rows": rows, "runs": records}, indent=1) + "\n")
-    say(f"wrote {args.out} and {RESULTS_JSON}")
+    text = report(meta, plan, prompts, rows)
+    cuda_report = HERE.parent / "RESULTS-cuda.md"
+    if not args.cuda and cuda_report.is_file():
+        text += gpu_section(cuda_report)
+    args.out.write_text(text)
+    results_json.write_text(json.dumps({"meta": meta, "rows": rows, "runs": records}, indent=1) + "\n")
+    say(f"wrote {args.out} and {results_json}")
 
 
 if __name__ == "__main__":

@@ -92,11 +92,12 @@ class DrafterChain:
         self.n_min = max(1, n_min)
         self.cost = cost
         self.arbitration = arbitration
-        self.agreement = Acceptance()         # how often positions that two drafters agree on stand
+        self.agreement: dict[int, Acceptance] = {}   # by context support: how often agreed-on positions stand
         self.support = ContextSupport()
         self._candidates: list[_Candidate] = []
         self._chosen: _Candidate | None = None
-        self._agreed = np.empty(0, dtype=np.int32)   # the longest prefix two candidates agreed on
+        self._agreed = np.empty(0, dtype=np.int32)   # the longest prefix two candidates agreed on,
+        self._agreed_support = 0                      # and the context support of its first token
         self._steps_without_verifying = 0
         self._cost_probe_every = 16
 
@@ -139,7 +140,7 @@ class DrafterChain:
         if len(self._agreed):
             n = min(len(self._agreed), len(emitted))
             wrong = np.flatnonzero(self._agreed[:n] != emitted[:n])
-            self.agreement.observe(int(wrong[0]) if wrong.size else n, bool(wrong.size))
+            self._agreement(self._agreed_support).observe(int(wrong[0]) if wrong.size else n, bool(wrong.size))
         for candidate in self._candidates:
             entry = candidate.entry
             confirmed = entry.record.score(candidate.draft.tokens, candidate.run, candidate.support, emitted)
@@ -165,9 +166,8 @@ class DrafterChain:
         """Ask a drafter whose drafting costs time only when its draft is expected to beat ``to_beat`` tokens per
         second, or as a probe (gain.DrafterRecord.decide)."""
         record, cost = entry.record, self.cost
-        length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min)
-        hopeless = best_cut(np.ones(n_max), cost, record.cost, self.n_min)[1] <= self._plain_rate()
-        decision = record.decide(prospect > to_beat, hopeless)
+        length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust)
+        decision = record.decide(prospect > to_beat, record.costly(cost.seconds(1), entry.drafter.uses_model))
         if decision is None:
             entry.stats.held_back += 1
             return None
@@ -213,7 +213,7 @@ class DrafterChain:
         best = None
         for candidate in self._candidates:
             if self.cost is not None:
-                k, rate = best_cut(candidate.p, self.cost, n_min=self.n_min)
+                k, rate = best_cut(candidate.p, self.cost, n_min=self.n_min, trust=candidate.entry.record.trust)
             else:
                 k, rate = len(candidate.p), float(expected_tokens(candidate.p)[-1])
             if best is None or rate > best[1]:
@@ -235,11 +235,15 @@ class DrafterChain:
                 agreed = int(wrong[0]) if wrong.size else n
                 if agreed:
                     backing = other.entry.record.p(agreed, other.run, other.support)
-                    p[:agreed] = np.maximum(p[:agreed], np.maximum(backing, self.agreement.p))
+                    shared = self._agreement(candidate.support).p
+                    p[:agreed] = np.maximum(p[:agreed], np.maximum(backing, shared))
                     if agreed > len(longest_agreed):
-                        longest_agreed = tokens[:agreed]
+                        longest_agreed, self._agreed_support = tokens[:agreed], candidate.support
             candidate.p = p
         self._agreed = longest_agreed
+
+    def _agreement(self, support: int) -> Acceptance:
+        return self.agreement.setdefault(support, Acceptance())
 
     def _cost_probe(self, candidate: _Candidate, relative_rate: float) -> int:
         """When nothing has been verified for a while, verify the likely part of a promising draft anyway: a pass

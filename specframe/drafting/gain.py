@@ -32,6 +32,7 @@ PROBE_MAX_EVERY = 256   # and twice as late each time that did not pay: never gi
 PROBE_LENGTH = 2        # tokens a probe asks for
 ASK, PROBE = "ask", "probe"
 CAUTION = 1.0         # first-token estimates are taken this many standard errors low: little evidence, little trust
+CALIBRATION_PRIOR = 4.0  # tokens of agreement between estimates and outcomes a drafter's trust starts with
 PRIOR_WEIGHT = 2.0     # an estimate starts as worth this many observations of its prior:
 CHEAP_SHARE = 0.02      # a drafter whose calls cost less than this share of a single pass is asked every step
 
@@ -99,6 +100,14 @@ class DrafterRecord:
                                                                                      # predicts, if it held up
     _run: int = 0                    # tokens its drafts got right in a row
     _first_step: bool = True         # no step of this request has been drafted yet
+    _expected: float = CALIBRATION_PRIOR   # decayed sums of tokens its verified drafts were expected to get right,
+    _confirmed: float = CALIBRATION_PRIOR  # and of those that were
+
+    @property
+    def trust(self) -> float:
+        """How many of the tokens its estimates promise its drafts deliver: below 1 when they promise too much
+        (estimates miss what this drafter gets wrong), and then its drafts are expected to bring that much less."""
+        return min(1.0, self._confirmed / self._expected)
 
     def restart(self) -> None:
         self._rest, self._run, self._first_step = self._rest[:0], 0, True
@@ -136,6 +145,13 @@ class DrafterRecord:
         """Asked only when expected to pay: a model, or any drafter whose calls are not negligible."""
         return uses_model or self.cost.typical > CHEAP_SHARE * single_pass_seconds
 
+    def verified(self, p: np.ndarray, n_accepted: int) -> None:
+        """One of its drafts, whose tokens were estimated ``p``, was verified: ``n_accepted`` stood. Chosen drafts
+        are those whose estimates were highest, so these are where estimates are most likely to promise too
+        much."""
+        self._expected = DECAY * self._expected + float(np.cumprod(p).sum())
+        self._confirmed = DECAY * self._confirmed + n_accepted
+
     def score(self, draft_tokens: np.ndarray, run: int, support: int, emitted: np.ndarray) -> int:
         """Score a draft against the tokens the target emitted; return how many it got right."""
         n = min(len(draft_tokens), len(emitted))
@@ -151,19 +167,20 @@ class DrafterRecord:
         self._run = self._run + confirmed if run and not wrong.size else confirmed if not wrong.size else 0
         return confirmed
 
-    def decide(self, expected_to_pay: bool, hopeless: bool) -> str | None:
+    def decide(self, expected_to_pay: bool, costly: bool) -> str | None:
         """Called once a step for a drafter asked only when it pays: ASK, PROBE (a short draft, so that an estimate
-        that holds it back can be proved wrong) or None. A probe comes at the first step of each request, when
-        the drafter is in step with the history (a draft model then has nothing to catch up on), and after
-        ``probe_every`` steps held back (doubling up to PROBE_MAX_EVERY while probes do not pay) unless it is
-        ``hopeless``: too slow to pay even if every token were accepted, when the catch-up of a probe would
-        cost more than the probe could tell."""
+        that holds it back can be proved wrong) or None. Every drafter is probed at the first step of a request,
+        when it is in step with the history. A cheap one is also probed after ``probe_every`` steps held back
+        (doubling up to PROBE_MAX_EVERY while probes do not pay). A costly one is not: a draft model held back
+        would first catch up on every token it missed, and over a run that costs as much as keeping it in step,
+        a tenth of the run on a CPU. It is asked again within a request once its estimates, or a re-measured
+        pass-cost table, say that it pays."""
         self.skipped += 1
         first, self._first_step = self._first_step, False
         if expected_to_pay:
             self.skipped, self.probe_every = 0, PROBE_EVERY
             return ASK
-        if first or (not hopeless and self.skipped >= self.probe_every):
+        if first or (not costly and self.skipped >= self.probe_every):
             self.probe_every = self.probe_every if first else min(2 * self.probe_every, PROBE_MAX_EVERY)
             self.skipped = 0
             return PROBE
@@ -180,10 +197,12 @@ def expected_tokens(p: np.ndarray) -> np.ndarray:
     return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(p))))
 
 
-def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_min: int = 1) -> tuple[int, float]:
+def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_min: int = 1,
+             trust: float = 1.0) -> tuple[int, float]:
     """The length k in [n_min, len(p)] with the most expected tokens per second, and that rate ((0, 0.0) when the
     draft is shorter than n_min). ``drafting`` adds the cost of drafting k tokens still to be paid (a drafter not
-    asked yet). Compare the rate with ``1 / cost.seconds(1)``, plain decoding's."""
+    asked yet); ``trust`` scales the drafted tokens expected (a drafter's calibration). Compare the rate with
+    ``1 / cost.seconds(1)``, plain decoding's."""
     n_min = max(1, n_min)
     if len(p) < n_min:
         return 0, 0.0
@@ -191,6 +210,6 @@ def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_
     seconds = np.array([cost.seconds(1 + k) for k in lengths])
     if drafting is not None:
         seconds += [drafting.seconds(k) for k in lengths]
-    rates = expected_tokens(p)[n_min:] / seconds
+    rates = (1 + trust * (expected_tokens(p)[n_min:] - 1)) / seconds
     best = int(np.argmax(rates))
     return int(lengths[best]), float(rates[best])

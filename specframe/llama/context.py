@@ -69,7 +69,10 @@ class Context(Handle):
 
     _what = "context"
 
-    def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None):
+    def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None,
+                 n_threads_batch: int | None = None):
+        """``n_threads`` evaluate single tokens; ``n_threads_batch`` (default: the same) every batch of more than
+        one token, as llama.cpp uses them."""
         self._ffi, self._lib = model._ffi, model._lib
         self.model = model
         threads = n_threads or default_threads()
@@ -79,7 +82,7 @@ class Context(Handle):
         params.n_ubatch = n_batch
         params.n_seq_max = 1
         params.n_threads = threads
-        params.n_threads_batch = threads
+        params.n_threads_batch = n_threads_batch or threads
         params.no_perf = True
         handle = self._lib.llama_init_from_model(model.handle, params)
         if handle == self._ffi.NULL:

@@ -24,6 +24,7 @@ def quantize(source: str | os.PathLike, destination: str | os.PathLike, kind: st
     params.ftype = getattr(lib, QUANT_TYPES[kind])
     params.allow_requantize = True
     params.quantize_output_tensor = False
+    params.pure = True                       # every other tensor in the one type: no slower fallbacks
     status = lib.llama_model_quantize(os.fsencode(source), os.fsencode(destination), params)
     if status != 0:
         raise ModelError(f"llama.cpp could not re-quantize {source} into {kind} (status {status}; run with "
