@@ -20,7 +20,7 @@ import numpy as np
 from specframe.config import Config, load_config
 from specframe.drafting import NO_DRAFT, ChainEntry, Drafter, DrafterChain, DrafterEnv, DrafterStats
 from specframe.drafting.budget import VerifyCost
-from specframe.errors import SpecframeError
+from specframe.errors import ParamError, SpecframeError
 from specframe.llama import Context, ContextFullError, Model, default_threads, library_prefix
 from specframe.models import resolve_model
 from specframe.paths import cache_dir
@@ -208,6 +208,8 @@ class Engine:
             try:
                 drafter = kind.cls(drafter_cfg.params, env)
                 self._entries[drafter_cfg.name] = ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats())
+            except ParamError as exc:
+                raise self.config.drafter_error(drafter_cfg, exc) from None
             except SpecframeError:
                 raise
             except Exception as exc:  # a third-party drafter that cannot start is reported, not fatal
@@ -232,8 +234,11 @@ class Engine:
             raise ContextFullError(f"the prompt has {prompt.size} tokens, more than fit in n_ctx={n_ctx} "
                                    "(raise [target] n_ctx)")
         stats = RequestStats(n_prompt_tokens=int(prompt.size))
-        history = np.empty(prompt.size + max_tokens + 1, dtype=np.int32)   # committed tokens, append-only
+        # Committed tokens, append-only; the context ends generation after n_ctx + 1 - prompt tokens at most.
+        history = np.empty(prompt.size + min(max_tokens, n_ctx) + 1, dtype=np.int32)
         history[:prompt.size] = prompt
+        drafters_view = history.view()      # what drafters see: read-only, so none can corrupt the others' input
+        drafters_view.flags.writeable = False
         n_history = prompt.size
         generated: list[int] = []
         margins: list[float] | None = [] if track_margins else None
@@ -246,23 +251,24 @@ class Engine:
             for entry in chain.entries:
                 entry.stats = DrafterStats()
 
-        start = time.perf_counter()
-        ctx.clear()
-        if prompt.size > 1:  # the last prompt token is fed with the first draft, so the first step speculates
-            ctx.decode(prompt[:-1], 0)
-        n_past = prompt.size - 1
-        if chain is not None:
-            if self.verify_cost is not None:
-                self._calibrate(n_past, min(n_max_config + 1, n_ctx - n_past))
-            # Drafters sample (and give their distributions) only where rejection sampling will use them.
-            chain.begin(prompt, None if sampler.greedy or acceptance == "match" else sampler.params)
-        stats.prompt_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        try:
+        prompt_start, generation_start = time.perf_counter(), None
+        try:   # an interrupt during the prompt ends the request like one during generation
+            ctx.clear()
+            if prompt.size > 1:  # the last prompt token is fed with the first draft, so the first step speculates
+                ctx.decode(prompt[:-1], 0)
+            n_past = prompt.size - 1
+            if chain is not None:
+                if self.verify_cost is not None:
+                    self._calibrate(n_past, min(n_max_config + 1, n_ctx - n_past))
+                # Drafters sample (and give their distributions) only where rejection sampling will use them.
+                chain.begin(drafters_view[:prompt.size],
+                            None if sampler.greedy or acceptance == "match" else sampler.params)
+            generation_start = time.perf_counter()
+            stats.prompt_seconds = generation_start - prompt_start
             while stop_reason is None:
                 last = history[n_history - 1]
                 n_max = min(n_max_config, max_tokens - len(generated) - 1, n_ctx - n_past - 1)
-                draft = chain.draft(history[:n_history], n_max) if chain is not None else NO_DRAFT
+                draft = chain.draft(drafters_view[:n_history], n_max) if chain is not None else NO_DRAFT
                 if n_past + 1 + len(draft) > n_ctx:
                     stop_reason = "context_full"
                     break
@@ -307,7 +313,10 @@ class Engine:
         except ContextFullError:
             stop_reason = "context_full"
         finally:
-            stats.generation_seconds = time.perf_counter() - start
+            if generation_start is None:
+                stats.prompt_seconds = time.perf_counter() - prompt_start
+            else:
+                stats.generation_seconds = time.perf_counter() - generation_start
             stats.n_generated = len(generated)
             if chain is not None:
                 stats.drafters = chain.stats()
@@ -346,12 +355,28 @@ class Engine:
             log.warning("could not save the measured pass costs to %s: %s", self._verify_cost_path, exc)
 
     def close(self) -> None:
+        """Save what drafters persist, free everything, then raise the first failed save: a run that loses what
+        it learned must not end as if it succeeded."""
         if self.verify_cost is not None and self.verify_cost.measured:
             self._save_verify_cost()
-        self._new_chain([e for e in self._entries.values() if e is not None]).close()
+        entries = [e for e in self._entries.values() if e is not None]
+        failures = [failure for entry in entries if (failure := self._save(entry))]
+        self._new_chain(entries).close()
         self._entries.clear()
         self.context.close()
         self.model.close()
+        if failures:
+            raise SpecframeError("; ".join(failures))
+
+    @staticmethod
+    def _save(entry: ChainEntry) -> str | None:
+        """Why the drafter could not save what it persists, or None when it saved (or has nothing to save)."""
+        try:
+            entry.drafter.save()
+        except Exception as exc:
+            reason = str(exc) if isinstance(exc, SpecframeError) else f"{type(exc).__name__}: {exc}"
+            return f"drafter '{entry.label}' (plugin {entry.plugin}) could not save what it learned: {reason}"
+        return None
 
     def __enter__(self) -> "Engine":
         return self

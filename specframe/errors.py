@@ -11,3 +11,13 @@ class ConfigError(SpecframeError):
 
 class ModelError(SpecframeError):
     """A model cannot be found, fetched, loaded or used as asked."""
+
+
+class ParamError(SpecframeError):
+    """A drafter cannot honour one of its parameters; the config loader or the engine reports it as a
+    ConfigError naming the file and the drafter's key."""
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem

@@ -51,3 +51,14 @@ def real_model(name: str) -> pathlib.Path:
     from specframe.models import resolve_model
 
     return resolve_model(name)
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch) -> pathlib.Path:
+    """An empty SPECFRAME_CACHE for tests that write into the cache; libllama stays the user's build."""
+    from specframe.llama import library_prefix
+
+    monkeypatch.setenv("SPECFRAME_LLAMA_PREFIX", str(library_prefix()))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPECFRAME_CACHE", str(cache))
+    return cache
