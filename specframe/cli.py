@@ -11,7 +11,7 @@ import typing
 import click
 
 from specframe.config import GenerationConfig
-from specframe.errors import SpecframeError
+from specframe.errors import SpecframeError, printable
 from specframe.files import atomic_write, output_problem, read_text
 from specframe.interruption import signals_interrupt
 from specframe.params import describe, within_bounds
@@ -28,7 +28,7 @@ class _OneLineErrors(click.Group):
             try:
                 return super().invoke(ctx)
             except SpecframeError as exc:
-                raise click.ClickException(str(exc)) from None
+                raise click.ClickException(printable(str(exc))) from None
             except KeyboardInterrupt:
                 click.echo(f"specframe: interrupted ({signals.name})", err=True)
                 ctx.exit(signals.exit_code)

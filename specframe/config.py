@@ -14,7 +14,7 @@ import sys
 import typing
 from dataclasses import dataclass, field
 
-from specframe.errors import ConfigError, ParamError, SpecframeError
+from specframe.errors import ConfigError, ParamError, SpecframeError, printable
 from specframe.files import file_problem, read_text
 from specframe.llama.context import default_threads
 from specframe.models import CATALOG
@@ -135,10 +135,13 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
         raise ConfigError(where.at("plugins.modules", str(exc))) from None
     drafters = _drafters(data.get("drafter", []), plugins.drafter_types(), where)
     speculative, target = sections["speculative"], sections["target"]
-    if speculative.enabled and speculative.n_max + 1 > target.n_batch:
+    batch = min(target.n_batch, target.n_ctx)   # llama.cpp never batches more tokens than the context holds
+    if speculative.enabled and speculative.n_max + 1 > batch:
+        limit = (f"[target] n_batch = {target.n_batch}" if target.n_batch <= target.n_ctx else
+                 f"[target] n_ctx = {target.n_ctx} (a batch never holds more than the context)")
         raise ConfigError(where.at("speculative.n_max", f"{speculative.n_max} drafted tokens and the last one are "
-                                                        f"verified in one batch, more than [target] n_batch = "
-                                                        f"{target.n_batch}; expected n_max <= n_batch - 1"))
+                                                        f"verified in one batch, more than {limit}; expected "
+                                                        f"n_max <= {batch - 1}"))
     names = [d.name for d in drafters]
     for i, name in enumerate(speculative.order):
         if name not in names:
@@ -190,7 +193,7 @@ class _Where:
         self.path = path
 
     def at(self, key: str, problem: str) -> str:
-        return f"{self.path}: {key}: {problem}"
+        return printable(f"{self.path}: {key}: {problem}")
 
 
 def build_dataclass(cls, table: dict, where: _Where, section: str):

@@ -1,6 +1,12 @@
 """Errors that reach the user as one clear line, never as a traceback."""
 
 
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped (a newline in a key becomes ``\\n``): keeps a message that
+    quotes user input to one line."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 class SpecframeError(Exception):
     """An error whose message alone tells the user what is wrong and what was expected."""
 

@@ -133,6 +133,8 @@ def test_drafts_longer_than_the_batch_are_a_config_error_naming_both_keys(config
     assert "speculative.n_max: 16 drafted tokens" in small_batch and "[target] n_batch = 4" in small_batch
     long_drafts = config_error(config_with("[speculative]\nn_max = 600", '[[drafter]]\ntype = "prompt-lookup"\n'))
     assert "speculative.n_max: 600" in long_drafts and "n_batch = 512" in long_drafts
+    small_context = config_error(config_with("n_ctx = 16", '[[drafter]]\ntype = "prompt-lookup"\n'))
+    assert "more than [target] n_ctx = 16 (a batch never holds more than the context)" in small_context
     load_config(config_with("n_batch = 17", '[[drafter]]\ntype = "prompt-lookup"\n'))        # 16 + 1 fit
 
 
