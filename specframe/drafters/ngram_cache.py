@@ -79,8 +79,12 @@ class NgramCacheDrafter(Drafter):
             raise ParamError("static", f"{params.static!r}: {problem}")
         if params.save_dynamic and not params.dynamic:
             raise ParamError("save_dynamic", "needs a dynamic file to write into; expected dynamic = \"FILE\"")
-        if params.save_dynamic and (problem := output_problem(located(params.dynamic))):
-            raise ParamError("dynamic", f"{params.dynamic!r}: {problem}")
+        if params.dynamic:   # read when it exists, written with save_dynamic
+            dynamic = located(params.dynamic)
+            problem = (output_problem(dynamic) if params.save_dynamic else
+                       file_problem(dynamic) if os.path.lexists(dynamic) else None)
+            if problem:
+                raise ParamError("dynamic", f"{params.dynamic!r}: {problem}")
 
     def _path(self, value: str) -> str:
         return os.fspath(self.env.path(value)) if self.env is not None else value

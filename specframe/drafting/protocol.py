@@ -69,8 +69,8 @@ class Drafter:
     defaults and types, are the drafter's configuration keys), and implement ``draft``. ``uses_model`` marks
     drafters that run a model: by default the chain puts draftless drafters first, as llama.cpp does.
 
-    ``history`` is every committed token (prompt and generated so far), an append-only int32 array the drafter
-    must not modify. Within a request, each call sees the previous history plus new tokens, so drafters index
+    ``history`` is every committed token (prompt and generated so far), an append-only int32 array, read-only:
+    a drafter that writes into it is set aside. Within a request, each call sees the previous history plus new tokens, so drafters index
     only what is new (O(new tokens) per call) instead of rescanning.
     """
 
