@@ -355,7 +355,7 @@ class Engine:
             log.warning("could not save the measured pass costs to %s: %s", self._verify_cost_path, exc)
 
     def close(self) -> None:
-        """Save what drafters persist, free everything, then raise the first failed save: a run that loses what
+        """Save what drafters persist, free everything, then raise the saves that failed: a run that loses what
         it learned must not end as if it succeeded."""
         if self.verify_cost is not None and self.verify_cost.measured:
             self._save_verify_cost()
