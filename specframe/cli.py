@@ -1,4 +1,4 @@
-"""The command line: ``specframe run | bench | plugins | models | ngram``."""
+"""The command line: ``specframe run | bench | calibrate | plugins | models | ngram``."""
 
 from __future__ import annotations
 
@@ -155,6 +155,34 @@ def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
     if plot_out:
         plot(rows, plot_out)
         click.echo(f"plot: {plot_out}", err=True)
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="TOML config file: its target, threads and n_max.")
+@click.option("--reset", is_flag=True, help="Forget the stored table and measure it again.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def calibrate(config_path, reset, as_json):
+    """Show the target's pass-cost table (what a verification pass costs by size), measuring it when needed."""
+    from specframe.engine import Engine
+
+    with Engine.from_config(config_path) as engine:
+        cost = engine.calibrate(reset=reset)
+        table = cost.measured
+        if as_json:
+            click.echo(json.dumps({"path": str(engine.pass_cost_store.path), "measured_at": cost.measured_at,
+                                   "other_load": cost.other_load, "stored": cost.storable,
+                                   "seconds": {str(n): s for n, s in table.items()}}, indent=2))
+            return
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(cost.measured_at).isoformat(timespec="seconds")
+    load = "unknown" if cost.other_load is None else f"{cost.other_load:.2f} cores"
+    click.echo(f"pass costs of {engine.model.path}: measured {when}, other processes' load {load}, "
+               + (f"stored in {engine.pass_cost_store.path}" if cost.storable else "not stored"))
+    click.echo("tokens     ms   x single pass   ms per token")
+    for n, seconds in table.items():
+        click.echo(f"{n:6d} {seconds * 1e3:6.1f}   {seconds / table[1]:13.2f}   {seconds * 1e3 / n:12.1f}")
 
 
 @main.command()

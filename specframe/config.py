@@ -14,6 +14,7 @@ import sys
 import typing
 from dataclasses import dataclass, field
 
+from specframe.drafting.chain import ARBITRATIONS
 from specframe.errors import ConfigError, ParamError, SpecframeError, printable
 from specframe.files import file_problem, read_text
 from specframe.llama.context import default_threads
@@ -48,6 +49,9 @@ class SpeculativeConfig:
     n_min: int = param(0, min=0, max=MAX_DRAFT_TOKENS,
                        help="drafts shorter than this are dropped and the next drafter is asked")
     adaptive: bool = param(True, help="draft only as many tokens as measured costs and acceptance make worthwhile")
+    arbitration: str = param("gain", choices=ARBITRATIONS,
+                             help="which draft to verify: the one with the most expected tokens per second "
+                                  "(gain), or the first non-empty one in order (priority, llama.cpp's rule)")
     acceptance: str = param("rejection", choices=ACCEPTANCE_MODES,
                             help="at temperature > 0: rejection sampling with the drafts' distributions, or "
                                  "sample-and-match (the target samples, a draft token stands if it was sampled)")

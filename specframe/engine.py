@@ -19,7 +19,7 @@ import numpy as np
 
 from specframe.config import Config, load_config
 from specframe.drafting import NO_DRAFT, ChainEntry, Drafter, DrafterChain, DrafterEnv, DrafterStats
-from specframe.drafting.budget import VerifyCost
+from specframe.drafting.pass_cost import PassCost, PassCostStore
 from specframe.errors import ParamError, SpecframeError
 from specframe.llama import Context, ContextFullError, Model, default_threads, library_prefix
 from specframe.models import resolve_model
@@ -39,7 +39,8 @@ class RequestStats:
     n_accepted: int = 0
     n_target_passes: int = 0        # target forward passes after the prompt
     prompt_seconds: float = 0.0
-    generation_seconds: float = 0.0
+    generation_seconds: float = 0.0  # decoding; a re-measurement of a stale pass-cost table is counted apart
+    calibration_seconds: float = 0.0
     drafters: dict = field(default_factory=dict)
 
     @property
@@ -124,10 +125,10 @@ class Engine:
         self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_threads=self.n_threads)
         self.vocab = self.model.vocab
         self._entries: dict[str, ChainEntry | None] = {}   # configured drafters created so far, by name
-        # The target's measured cost per pass size belongs to the model, the build and the machine: it is kept
-        # across requests and runs.
-        self._verify_cost_path = cache_dir() / "verify-cost" / f"{self._cost_key()}.json"
-        self.verify_cost = VerifyCost.load(self._verify_cost_path) if config.speculative.adaptive else None
+        # The target's measured cost per pass size belongs to the model, the build, the machine and the threads:
+        # it is kept across requests and runs (pass_cost.py says how it is kept trustworthy).
+        self.pass_cost_store = PassCostStore(cache_dir() / "pass-cost", self._cost_key())
+        self.pass_cost = PassCost() if config.speculative.adaptive else None
 
     def _cost_key(self) -> str:
         t, path = self.config.target, pathlib.Path(self.model.path)
@@ -224,7 +225,8 @@ class Engine:
                                 for label, drafter in drafters.items()])
 
     def _new_chain(self, entries: list[ChainEntry]) -> DrafterChain:
-        return DrafterChain(entries, self.vocab.n_tokens, self.config.speculative.n_min, self.verify_cost)
+        return DrafterChain(entries, self.vocab.n_tokens, self.config.speculative.n_min, self.pass_cost,
+                            self.config.speculative.arbitration)
 
     def _run(self, generation: Generation, prompt: np.ndarray, max_tokens: int, sampler: TokenSampler,
              acceptance: str, chain: DrafterChain | None, stops: list[str], track_margins: bool) -> Iterator[str]:
@@ -258,14 +260,18 @@ class Engine:
                 ctx.decode(prompt[:-1], 0)
             n_past = prompt.size - 1
             if chain is not None:
-                if self.verify_cost is not None:
-                    self._calibrate(n_past, min(n_max_config + 1, n_ctx - n_past))
+                if self.pass_cost is not None:
+                    self._ensure_pass_cost(n_past, min(n_max_config + 1, n_ctx - n_past))
                 # Drafters sample (and give their distributions) only where rejection sampling will use them.
                 chain.begin(drafters_view[:prompt.size],
                             None if sampler.greedy or acceptance == "match" else sampler.params)
             generation_start = time.perf_counter()
             stats.prompt_seconds = generation_start - prompt_start
             while stop_reason is None:
+                if chain is not None and self.pass_cost is not None and self.pass_cost.stale:
+                    calibration_start = time.perf_counter()
+                    self._ensure_pass_cost(n_past, min(n_max_config + 1, n_ctx - n_past))
+                    stats.calibration_seconds += time.perf_counter() - calibration_start
                 last = history[n_history - 1]
                 n_max = min(n_max_config, max_tokens - len(generated) - 1, n_ctx - n_past - 1)
                 draft = chain.draft(drafters_view[:n_history], n_max) if chain is not None else NO_DRAFT
@@ -275,8 +281,8 @@ class Engine:
                 batch = np.concatenate(([last], draft.tokens)).astype(np.int32, copy=False)
                 pass_start = time.perf_counter()
                 logits = ctx.decode(batch, n_past, all_logits=True)
-                if self.verify_cost is not None:
-                    self.verify_cost.observe(len(batch), time.perf_counter() - pass_start)
+                if self.pass_cost is not None:
+                    self.pass_cost.observe(len(batch), time.perf_counter() - pass_start)
                 stats.n_target_passes += 1
                 n_accepted, emitted = verify(logits, draft.tokens, draft.probs, sampler, acceptance)
                 if n_accepted < len(draft):
@@ -286,7 +292,8 @@ class Engine:
                     stats.n_drafts += 1
                     stats.n_drafted += len(draft)
                     stats.n_accepted += n_accepted
-                    chain.accept(n_accepted)
+                if chain is not None:
+                    chain.accept(n_accepted, emitted)
                 step_margins = top2_margin(logits[:len(emitted)]) if margins is not None else None
                 for i, token in enumerate(emitted):
                     if vocab.is_eog(token):
@@ -316,7 +323,7 @@ class Engine:
             if generation_start is None:
                 stats.prompt_seconds = time.perf_counter() - prompt_start
             else:
-                stats.generation_seconds = time.perf_counter() - generation_start
+                stats.generation_seconds = time.perf_counter() - generation_start - stats.calibration_seconds
             stats.n_generated = len(generated)
             if chain is not None:
                 stats.drafters = chain.stats()
@@ -329,10 +336,37 @@ class Engine:
         if tail and stop_reason != "interrupted":
             yield tail
 
-    def _calibrate(self, n_past: int, largest: int) -> None:
-        """Time one target pass of every size a verification may need (once per model, build and machine:
-        the result is saved): the cost model must not judge a draft length by a guess."""
-        ctx, filler = self.context, np.full(largest, self.vocab.bos if self.vocab.bos >= 0 else 0, dtype=np.int32)
+    def calibrate(self, reset: bool = False) -> PassCost:
+        """Measure the pass-cost table now (``reset``: even when a stored one is still good) and store it."""
+        if reset:
+            self.pass_cost_store.reset()
+        self.pass_cost = self.pass_cost or PassCost()
+        if reset:
+            self.pass_cost.stale_reason = "asked to measure again"
+        self.context.clear()
+        self._ensure_pass_cost(0, self.config.speculative.n_max + 1)
+        return self.pass_cost
+
+    def _ensure_pass_cost(self, n_past: int, largest: int) -> None:
+        """Have a trustworthy cost for every pass size up to ``largest``: the table in hand, else the stored one,
+        else measured now (once per model, build, machine and threads; see pass_cost.py)."""
+        sizes = range(1, largest + 1)
+        cost = self.pass_cost
+        if cost.covers(sizes) and not cost.stale:
+            return
+        with self.pass_cost_store.locked():   # another process starting at the same time measures once
+            stored = None if cost.stale else self.pass_cost_store.load()
+            if stored is not None and stored.covers(sizes):
+                cost.__init__(stored.measured, measured_at=stored.measured_at, other_load=stored.other_load)
+                return
+            if cost.stale:
+                log.info("measuring the pass costs again: %s", cost.stale_reason)
+            self._measure_pass_cost(n_past, sizes)
+            self.pass_cost_store.save(cost)
+
+    def _measure_pass_cost(self, n_past: int, sizes: range) -> None:
+        ctx = self.context
+        filler = np.full(len(sizes), self.vocab.bos if self.vocab.bos >= 0 else 0, dtype=np.int32)
 
         def run_pass(n: int) -> float:
             start = time.perf_counter()
@@ -341,24 +375,11 @@ class Engine:
             ctx.truncate(n_past)
             return seconds
 
-        sizes = range(1, largest + 1)
-        if all(n in self.verify_cost.measured for n in sizes):
-            return
-        self.verify_cost.merge(VerifyCost.load(self._verify_cost_path))   # another process may have measured
-        self.verify_cost.calibrate(run_pass, sizes)
-        self._save_verify_cost()
-
-    def _save_verify_cost(self) -> None:
-        try:
-            self.verify_cost.save(self._verify_cost_path)
-        except OSError as exc:
-            log.warning("could not save the measured pass costs to %s: %s", self._verify_cost_path, exc)
+        self.pass_cost.calibrate(run_pass, sizes)
 
     def close(self) -> None:
         """Save what drafters persist, free everything, then raise the saves that failed: a run that loses what
         it learned must not end as if it succeeded."""
-        if self.verify_cost is not None and self.verify_cost.measured:
-            self._save_verify_cost()
         entries = [e for e in self._entries.values() if e is not None]
         failures = [failure for entry in entries if (failure := self._save(entry))]
         self._new_chain(entries).close()

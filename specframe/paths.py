@@ -11,4 +11,6 @@ def cache_dir() -> pathlib.Path:
 
 
 def models_dir() -> pathlib.Path:
-    return cache_dir() / "models"
+    """$SPECFRAME_MODELS, else the cache's models folder."""
+    explicit = os.environ.get("SPECFRAME_MODELS")
+    return pathlib.Path(explicit) if explicit else cache_dir() / "models"

@@ -10,6 +10,19 @@ import pytest
 from specframe.synthetic import write_synthetic_model
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    """Every test gets an empty cache of its own (pass-cost tables, n-gram caches...): no test reads or writes the
+    user's. Only the libllama build and the real models are shared, read-only, from the user's cache."""
+    from specframe.llama import library_prefix
+    from specframe.paths import models_dir
+
+    shared_build, shared_models = library_prefix(), models_dir()
+    monkeypatch.setenv("SPECFRAME_CACHE", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("SPECFRAME_LLAMA_PREFIX", str(shared_build))
+    monkeypatch.setenv("SPECFRAME_MODELS", str(shared_models))
+
+
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory) -> pathlib.Path:
     return tmp_path_factory.mktemp("models")
@@ -51,14 +64,3 @@ def real_model(name: str) -> pathlib.Path:
     from specframe.models import resolve_model
 
     return resolve_model(name)
-
-
-@pytest.fixture
-def private_cache(tmp_path, monkeypatch) -> pathlib.Path:
-    """An empty SPECFRAME_CACHE for tests that write into the cache; libllama stays the user's build."""
-    from specframe.llama import library_prefix
-
-    monkeypatch.setenv("SPECFRAME_LLAMA_PREFIX", str(library_prefix()))
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("SPECFRAME_CACHE", str(cache))
-    return cache

@@ -225,10 +225,10 @@ def test_adaptive_draft_lengths_keep_the_output_and_hold_back_poor_drafters(engi
     plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True)
     spec = engine.generate(PROMPT, raw=True)
     assert compare(plain, spec).identical
-    assert set(engine.verify_cost.measured) >= set(range(1, 18))     # calibrated: every pass size n_max + 1
+    assert set(engine.pass_cost.measured) >= set(range(1, 18))     # calibrated: every pass size n_max + 1
     drafters = spec.stats.drafters
-    assert sum(d["held_back"] for d in drafters.values()) > 0
-    assert spec.stats.n_accepted > 0
+    # A synthetic draft model as big as its target costs a pass per drafted token: held back, probed at the start.
+    assert drafters["draft-model"]["held_back"] > 0 and drafters["draft-model"]["calls"] >= 1
 
 
 def test_a_draft_of_another_vocabulary_drafts_through_token_mapping(engine_for):
@@ -238,3 +238,30 @@ def test_a_draft_of_another_vocabulary_drafts_through_token_mapping(engine_for):
     assert spec.tokens == plain.tokens
     stats = spec.stats.drafters["draft-model"]
     assert stats["note"].startswith("token mapping: token") and stats["accepted_tokens"] > 0
+
+
+def poison(engine, table: dict) -> None:
+    """Store a pass-cost table for this engine's model, build and threads, as a file from an earlier run would."""
+    import json
+    import time
+
+    engine.pass_cost_store.path.parent.mkdir(parents=True, exist_ok=True)
+    engine.pass_cost_store.path.write_text(json.dumps(
+        {"version": 2, "measured_at": time.time(), "other_load": 0.0, "seconds": {str(n): s for n, s in table.items()}}))
+
+
+def test_an_impossible_stored_table_is_measured_again_and_speculation_goes_on(engine_for):
+    engine = engine_for(DRAFTERS["prompt-lookup"], speculative="adaptive = true")
+    poison(engine, {1: 0.08, 2: 4.4})                     # measured while another process used the CPU
+    result = engine.generate(PROMPT, raw=True)
+    assert engine.pass_cost.seconds(2) < 1.0 and result.stats.n_drafted > 0
+    assert engine.pass_cost_store.load().seconds(2) < 1.0     # the measured table replaced the poisoned one
+
+
+def test_a_possible_but_wrong_table_heals_during_the_run(engine_for):
+    engine = engine_for(DRAFTERS["prompt-lookup"], speculative="adaptive = true")
+    poison(engine, {n: 0.5 + 0.01 * n for n in range(1, 18)})  # every pass half a second: off by a thousandfold
+    result = engine.generate(PROMPT, raw=True)
+    assert result.stats.calibration_seconds > 0 and engine.pass_cost.seconds(1) < 0.1
+    assert result.stats.n_drafted > 0
+    assert result.stats.generation_seconds < 5              # re-measured, not believed for the whole run

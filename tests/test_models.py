@@ -22,6 +22,7 @@ def tiny_catalog_entry(sha256: str, size: int) -> CatalogModel:
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECFRAME_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPECFRAME_MODELS")
     return tmp_path / "cache"
 
 

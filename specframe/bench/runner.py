@@ -52,12 +52,14 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
     """Measure every strategy on every workload; ``progress`` is called after each run with its label.
 
     Each strategy runs in a process of its own, so that the peak memory measured is its own (a draft model's
-    weights, an n-gram pool), while the runs of all strategies still interleave."""
+    weights, an n-gram pool), while the runs of all strategies still interleave. The processes start one after
+    another: loads, warm-up passes and the pass-cost calibration of several at once would time each other."""
     names = strategies(config)
-    processes = {name: StrategyProcess(config.path, name) for name in names}
+    processes: dict[str, StrategyProcess] = {}
     try:
-        for process in processes.values():    # all loaded and warmed up before anything is timed
-            process.call("ready")
+        for name in names:
+            processes[name] = StrategyProcess(config.path, name)
+            processes[name].call("ready")
         rows = []
         for workload in workloads:
             prompt = processes[PLAIN].call("tokenize", workload.prompt)
@@ -116,6 +118,8 @@ def _serve(conn, config_path: str, strategy: str) -> None:
     try:
         engine = Engine.from_config(config_path)
         engine.generate("warm up", max_tokens=4, speculative=False)
+        if strategy != PLAIN and engine.pass_cost is not None:
+            engine.calibrate()       # measured (or loaded) now, while no other strategy runs
     except Exception as exc:   # reported by the first call, in the parent
         failure = f"{type(exc).__name__}: {exc}"
         while conn.recv()[0] != "close":

@@ -1,4 +1,19 @@
-"""The drafter chain: drafters in priority order, the first non-empty draft wins, with per-drafter statistics.
+"""The drafter chain: asks the drafters for drafts, picks the one to verify, keeps per-drafter statistics.
+
+Two rules pick the draft (``[speculative] arbitration``):
+
+- ``"gain"`` (the default): every cheap drafter (each call well under a millisecond) is asked each step, and the
+  draft with the most expected tokens per second of verification wins, cut to the length that pays (gain.py). A
+  costly drafter (a draft model, or any drafter whose calls are not negligible) is asked only when what it is
+  expected to bring beats the best cheap draft, or now and then as a probe. Drafts that agree strengthen each
+  other: a position two drafters agree on is as likely as the likelier of them makes it, or as likely as agreement
+  has proved to be, whichever is more. Without a pass-cost model (``adaptive = false``) drafts are not cut, and
+  the draft with the most expected tokens wins. ``order`` breaks ties.
+- ``"priority"``: llama.cpp's rule. Drafters are asked in order and the first non-empty draft wins; only the
+  winner hears ``accept``. With a pass-cost model each drafter is asked for the length its estimate makes pay.
+
+Each step every draft that was made is scored against the tokens the target emitted, and each drafter hears
+``accept`` with how many of its draft's tokens the target confirmed, so the estimates learn from every step.
 
 A drafter that raises or returns an invalid draft is reported once and set aside for the rest of the run:
 verification by the target keeps the output correct whatever a drafter proposes, but a bad token id must never
@@ -13,26 +28,34 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from specframe.drafting.budget import AcceptanceEstimate, VerifyCost
+from specframe.drafting.gain import PROBE, PROBE_LENGTH, Acceptance, DrafterRecord, best_cut, expected_tokens
+from specframe.drafting.pass_cost import PassCost
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter
+from specframe.drafting.support import ContextSupport
 from specframe.sampling import SamplingParams
 
 log = logging.getLogger("specframe.drafting")
 
+ARBITRATIONS = ("gain", "priority")
+MARGIN = 0.1           # a draft is verified only when expected to beat plain decoding by this much: estimates err
+PROBE_CUT_CONFIDENCE = 0.5   # a cost probe verifies the draft's tokens that are at least this likely to stand
+
 
 @dataclass
 class DrafterStats:
-    """llama.cpp's per-implementation counters (common_speculative_print_stats)."""
+    """llama.cpp's per-implementation counters (common_speculative_print_stats), plus how drafts were chosen."""
 
-    calls: int = 0
-    drafts: int = 0            # non-empty drafts that went to the target
-    accepted_drafts: int = 0   # drafts with at least one accepted token
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
+    calls: int = 0             # times asked for a draft
+    drafts: int = 0            # non-empty drafts it returned
+    wins: int = 0              # its drafts chosen for verification
+    accepted_drafts: int = 0   # chosen drafts with at least one accepted token
+    drafted_tokens: int = 0    # tokens of its chosen drafts that were verified
+    accepted_tokens: int = 0   # of those, accepted
+    confirmed_tokens: int = 0  # tokens of all its drafts, chosen or not, that the target's output confirmed
     begin_ms: float = 0.0
     draft_ms: float = 0.0
     accept_ms: float = 0.0
-    held_back: int = 0         # steps the cost model judged a draft from it not worth verifying
+    held_back: int = 0         # steps it was not asked because what it would bring was not expected to pay
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -45,71 +68,214 @@ class ChainEntry:
     plugin: str
     stats: DrafterStats
     disabled: str | None = None   # why it was set aside
-    estimate: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
+    record: DrafterRecord = field(default_factory=DrafterRecord)
+
+
+@dataclass
+class _Candidate:
+    entry: ChainEntry
+    draft: Draft
+    run: int                                                      # its run bucket (gain.py)
+    support: int                                                  # context support of its first token
+    p: np.ndarray = field(default_factory=lambda: np.empty(0))   # acceptance of each token, its predecessors given
 
 
 class DrafterChain:
-    """Drafters in priority order; drafts shorter than ``n_min`` are passed over for the next drafter's.
+    """Drafters in tie-break order; ``cost`` (a PassCost) makes draft lengths and choices cost-aware."""
 
-    With a ``verify`` cost model, each drafter is asked for the number of tokens its acceptance so far makes
-    worth verifying (see budget.py), and not asked at all when that is none.
-    """
-
-    def __init__(self, entries: list[ChainEntry], n_vocab: int, n_min: int = 0, verify: VerifyCost | None = None):
+    def __init__(self, entries: list[ChainEntry], n_vocab: int, n_min: int = 0, cost: PassCost | None = None,
+                 arbitration: str = "gain"):
+        if arbitration not in ARBITRATIONS:
+            raise ValueError(f"arbitration {arbitration!r}: expected one of {', '.join(ARBITRATIONS)}")
         self.entries = entries
         self.n_vocab = n_vocab
         self.n_min = max(1, n_min)
-        self.verify = verify
-        self._winner: ChainEntry | None = None
-        self._winner_draft = (0, 0, 0.0)   # (tokens asked for, tokens drafted, seconds) of the winning draft
+        self.cost = cost
+        self.arbitration = arbitration
+        self.agreement = Acceptance()         # how often positions that two drafters agree on stand
+        self.support = ContextSupport()
+        self._candidates: list[_Candidate] = []
+        self._chosen: _Candidate | None = None
+        self._agreed = np.empty(0, dtype=np.int32)   # the longest prefix two candidates agreed on
+        self._steps_without_verifying = 0
+        self._cost_probe_every = 16
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """A request starts: each drafter learns how it is sampled (``Drafter.sampling``) and sees the prompt."""
+        self._candidates, self._chosen = [], None
+        self.support.reset()
         for entry in self._active():
             entry.drafter.sampling = sampling
+            entry.record.restart()
             start = time.perf_counter()
             self._guard(entry, "begin", entry.drafter.begin, prompt)
             entry.stats.begin_ms += (time.perf_counter() - start) * 1e3
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
-        """The first non-empty draft in priority order (at most ``n_max`` tokens), or NO_DRAFT."""
-        self._winner = None
-        if n_max <= 0:
+        """The draft to verify next (at most ``n_max`` tokens), or NO_DRAFT."""
+        self._candidates, self._chosen = [], None
+        if n_max < self.n_min:
             return NO_DRAFT
-        for entry in self._active():
-            length = entry.estimate.length(self.verify, n_max) if self.verify is not None else n_max
-            if length < self.n_min:
-                entry.stats.held_back += 1
-                continue
-            entry.stats.calls += 1
-            start = time.perf_counter()
-            result = self._guard(entry, "draft", entry.drafter.draft, history, length)
-            seconds = time.perf_counter() - start
-            entry.stats.draft_ms += seconds * 1e3
-            if result is None:
-                continue
-            draft = self._validated(entry, result, length)
-            if draft is not None and len(draft) >= self.n_min:
-                entry.stats.drafts += 1
-                entry.stats.drafted_tokens += len(draft)
-                self._winner = entry
-                self._winner_draft = (length, len(draft), seconds)
-                return draft
-            entry.estimate.update_empty(seconds)
-        return NO_DRAFT
+        self.support.update(history)
+        if self.arbitration == "priority":
+            chosen = self._by_priority(history, n_max)
+        else:
+            chosen = self._by_gain(history, n_max)
+        if chosen is None:
+            return NO_DRAFT
+        self._chosen = chosen
+        chosen.entry.stats.wins += 1
+        chosen.entry.stats.drafted_tokens += len(chosen.draft)
+        return chosen.draft
 
-    def accept(self, n_accepted: int) -> None:
-        """Tell the winner of the last draft how many of its tokens the target accepted."""
-        entry, self._winner = self._winner, None
-        if entry is None:
-            return
-        entry.stats.accepted_tokens += n_accepted
-        entry.stats.accepted_drafts += n_accepted > 0
-        n_asked, n_drafted, seconds = self._winner_draft
-        entry.estimate.update(n_asked, n_drafted, n_accepted, seconds)
+    def accept(self, n_accepted: int, emitted: np.ndarray) -> None:
+        """The target accepted ``n_accepted`` tokens of the chosen draft and emitted ``emitted`` (those and its own
+        next token). Every draft of this step is scored against them."""
+        if self._chosen is not None:
+            stats = self._chosen.entry.stats
+            stats.accepted_tokens += n_accepted
+            stats.accepted_drafts += n_accepted > 0
+        emitted = np.asarray(emitted)
+        if len(self._agreed):
+            n = min(len(self._agreed), len(emitted))
+            wrong = np.flatnonzero(self._agreed[:n] != emitted[:n])
+            self.agreement.observe(int(wrong[0]) if wrong.size else n, bool(wrong.size))
+        for candidate in self._candidates:
+            entry = candidate.entry
+            confirmed = entry.record.score(candidate.draft.tokens, candidate.run, candidate.support, emitted)
+            entry.stats.confirmed_tokens += confirmed
+            if self.arbitration == "priority" and candidate is not self._chosen:
+                continue
+            start = time.perf_counter()
+            self._guard(entry, "accept", entry.drafter.accept, confirmed)
+            entry.stats.accept_ms += (time.perf_counter() - start) * 1e3
+        self._candidates, self._chosen, self._agreed = [], None, self._agreed[:0]
+
+    # --- choosing ----------------------------------------------------------------------------------------------
+
+    def _by_priority(self, history: np.ndarray, n_max: int) -> _Candidate | None:
+        for entry in self._active():
+            candidate = (self._ask(entry, history, n_max) if self.cost is None
+                         else self._ask_if_it_pays(entry, history, n_max, self._plain_rate()))
+            if candidate is not None:
+                return candidate
+        return None
+
+    def _ask_if_it_pays(self, entry: ChainEntry, history: np.ndarray, n_max: int, to_beat: float) -> _Candidate | None:
+        """Ask a drafter whose drafting costs time only when its draft is expected to beat ``to_beat`` tokens per
+        second, or as a probe (gain.DrafterRecord.decide)."""
+        record, cost = entry.record, self.cost
+        length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min)
+        hopeless = best_cut(np.ones(n_max), cost, record.cost, self.n_min)[1] <= self._plain_rate()
+        decision = record.decide(prospect > to_beat, hopeless)
+        if decision is None:
+            entry.stats.held_back += 1
+            return None
+        if decision == PROBE:
+            length = min(PROBE_LENGTH, n_max)
+        return self._ask(entry, history, max(length, self.n_min))
+
+    def _by_gain(self, history: np.ndarray, n_max: int) -> _Candidate | None:
+        cost, plain = self.cost, self._plain_rate()
+        cheap, costly = [], []
+        for entry in self._active():
+            single = cost.seconds(1) if cost is not None else 0.0
+            (costly if entry.record.costly(single, entry.drafter.uses_model) else cheap).append(entry)
+        for entry in cheap:
+            self._ask(entry, history, n_max)
+        best = self._best()
+        for entry in costly:
+            if cost is None:
+                asked = self._ask(entry, history, n_max)
+            else:
+                asked = self._ask_if_it_pays(entry, history, n_max, max(plain, best[1] if best else 0.0))
+            if asked is not None:
+                best = self._best()
+        if best is None:
+            return None
+        candidate, rate, k = best
+        if cost is not None:
+            if rate > plain * (1 + MARGIN):
+                self._steps_without_verifying = 0
+            else:
+                k = self._cost_probe(candidate, rate / plain)
+                if k == 0:
+                    return None
+        return self._cut(candidate, k)
+
+    def _plain_rate(self) -> float:
+        """Tokens per second of plain decoding (0 without a cost model: then any draft beats it)."""
+        return 1.0 / self.cost.seconds(1) if self.cost is not None else 0.0
+
+    def _best(self) -> tuple[_Candidate, float, int] | None:
+        """The candidate with the best rate (the most expected tokens without a cost model), its rate and cut."""
+        self._estimate_agreement()
+        best = None
+        for candidate in self._candidates:
+            if self.cost is not None:
+                k, rate = best_cut(candidate.p, self.cost, n_min=self.n_min)
+            else:
+                k, rate = len(candidate.p), float(expected_tokens(candidate.p)[-1])
+            if best is None or rate > best[1]:
+                best = (candidate, rate, k)
+        return best
+
+    def _estimate_agreement(self) -> None:
+        """Each candidate's per-token acceptance: its drafter's estimate, raised where another draft agrees."""
+        candidates = self._candidates
+        longest_agreed = self._agreed
+        for candidate in candidates:
+            tokens = candidate.draft.tokens
+            p = candidate.entry.record.p(len(tokens), candidate.run, candidate.support)
+            for other in candidates:
+                if other is candidate:
+                    continue
+                n = min(len(tokens), len(other.draft.tokens))
+                wrong = np.flatnonzero(tokens[:n] != other.draft.tokens[:n])
+                agreed = int(wrong[0]) if wrong.size else n
+                if agreed:
+                    backing = other.entry.record.p(agreed, other.run, other.support)
+                    p[:agreed] = np.maximum(p[:agreed], np.maximum(backing, self.agreement.p))
+                    if agreed > len(longest_agreed):
+                        longest_agreed = tokens[:agreed]
+            candidate.p = p
+        self._agreed = longest_agreed
+
+    def _cost_probe(self, candidate: _Candidate, relative_rate: float) -> int:
+        """When nothing has been verified for a while, verify the likely part of a promising draft anyway: a pass
+        of that size tells whether the pass-cost table is right (the engine re-measures it if not)."""
+        self._steps_without_verifying += 1
+        if self._steps_without_verifying < self._cost_probe_every or relative_rate < 0.5:
+            return 0
+        self._steps_without_verifying = 0
+        self._cost_probe_every = min(2 * self._cost_probe_every, 256)
+        likely = int(np.count_nonzero(np.cumprod(candidate.p) >= PROBE_CUT_CONFIDENCE))
+        return max(likely, self.n_min) if len(candidate.p) >= self.n_min else 0
+
+    def _cut(self, candidate: _Candidate, k: int) -> _Candidate:
+        draft = candidate.draft
+        if k < len(draft):
+            draft = Draft(draft.tokens[:k], None if draft.probs is None else draft.probs[:k])
+        return _Candidate(candidate.entry, draft, candidate.run, candidate.support, candidate.p[:k])
+
+    # --- asking ------------------------------------------------------------------------------------------------
+
+    def _ask(self, entry: ChainEntry, history: np.ndarray, n_max: int) -> _Candidate | None:
+        """Ask one drafter; a valid non-empty draft becomes a candidate of this step."""
+        entry.stats.calls += 1
         start = time.perf_counter()
-        self._guard(entry, "accept", entry.drafter.accept, n_accepted)
-        entry.stats.accept_ms += (time.perf_counter() - start) * 1e3
+        result = self._guard(entry, "draft", entry.drafter.draft, history, n_max)
+        seconds = time.perf_counter() - start
+        entry.stats.draft_ms += seconds * 1e3
+        draft = self._validated(entry, result, n_max) if result is not None else None
+        entry.record.cost.observe(len(draft) if draft is not None else 0, seconds)
+        if draft is None or len(draft) < self.n_min:
+            return None
+        entry.stats.drafts += 1
+        run, support = entry.record.run_of(draft.tokens), self.support.level(int(draft.tokens[0]))
+        candidate = _Candidate(entry, draft, run, support, entry.record.p(len(draft), run, support))
+        self._candidates.append(candidate)
+        return candidate
 
     def close(self) -> None:
         for entry in self.entries:

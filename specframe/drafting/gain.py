@@ -1,0 +1,196 @@
+"""The expected gain of a draft: how likely its tokens are to be accepted, what drafting costs, what length pays.
+
+A drafted token is accepted with probability ``p`` once the tokens before it were (a geometric model), so a draft
+cut to ``k`` tokens yields ``1 + p + p^2 + ... + p^k`` tokens for the seconds of a target pass over ``1 + k``
+tokens (``PassCost``) plus any drafting still to be paid. The best cut maximises that rate; a draft is worth
+verifying only when its rate beats plain decoding's, one token per single-token pass.
+
+The first token of a draft and the tokens after an accepted one are estimated apart, per drafter: drafts are
+mostly either wrong from the start or right for a stretch. The first token's estimate is kept by the draft's
+*run*, how many tokens the drafter's drafts have got right in a row when this one carries on the last (a copy
+under way tends to go on), and by the context support of the token (support.py: a token that already followed a
+long stretch of the same context is likelier). Each estimate starts from a weak prior that grows with both, and
+the drafter's record soon outweighs it. Every step, each draft that was made is scored against the tokens the
+target emitted, whether or not it was the draft verified, so the estimates of all drafters learn from every step
+at no cost.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specframe.drafting.pass_cost import PassCost
+
+DECAY = 0.9             # weight of the past in an acceptance estimate, per scored draft
+RUNS = (0, 1, 4, 16)    # run buckets: a fresh draft, or one carrying on after 1-3, 4-15, 16+ tokens right
+PROBE_EVERY = 16        # a costly drafter not asked for this many steps is asked once anyway,
+PROBE_MAX_EVERY = 256   # and twice as late each time that did not pay: never given up for good
+PROBE_LENGTH = 2        # tokens a probe asks for
+ASK, PROBE = "ask", "probe"
+CAUTION = 1.0         # first-token estimates are taken this many standard errors low: little evidence, little trust
+PRIOR_WEIGHT = 2.0     # an estimate starts as worth this many observations of its prior:
+CHEAP_SHARE = 0.02      # a drafter whose calls cost less than this share of a single pass is asked every step
+
+
+@dataclass
+class Acceptance:
+    """Decayed counts of drafted tokens the target confirmed (``hits``) and of drafts that went wrong (``misses``):
+    the per-token acceptance is hits / (hits + misses)."""
+
+    hits: float = 3.0        # prior: p = 0.75 over a few tokens, soon outweighed
+    misses: float = 1.0
+
+    @property
+    def p(self) -> float:
+        return self.hits / (self.hits + self.misses)
+
+    def observe(self, n_confirmed: int, went_wrong: bool) -> None:
+        self.hits = DECAY * self.hits + n_confirmed
+        self.misses = DECAY * self.misses + went_wrong
+
+
+@dataclass
+class CallCost:
+    """Seconds of one draft call as ``fixed + per_token * tokens``, fitted over recent calls (decayed least
+    squares). A draft model's fixed part is mostly catching up on the tokens it has not seen."""
+
+    _sums: np.ndarray = field(default_factory=lambda: np.zeros(5))   # weight, k, k*k, seconds, k*seconds
+    _recent: deque = field(default_factory=lambda: deque(maxlen=8))
+
+    def observe(self, n_tokens: int, seconds: float) -> None:
+        k = float(n_tokens)
+        self._sums = DECAY * self._sums + np.array([1.0, k, k * k, seconds, k * seconds])
+        self._recent.append(seconds)
+
+    @property
+    def typical(self) -> float:
+        """The median of the last calls: a first call that indexes a whole prompt does not make a drafter
+        costly."""
+        return statistics.median(self._recent) if self._recent else 0.0
+
+    def seconds(self, n_tokens: int) -> float:
+        w, k, kk, s, ks = self._sums
+        if not w:
+            return 0.0
+        spread = w * kk - k * k
+        if spread <= 1e-9 * max(1.0, w * kk):     # every call drafted as many tokens: charge them evenly
+            return s / w * (n_tokens / (k / w) if k else 1.0)
+        per_token = max(0.0, (w * ks - k * s) / spread)
+        fixed = max(0.0, (s - per_token * k) / w)
+        return fixed + per_token * n_tokens
+
+
+@dataclass
+class DrafterRecord:
+    """What the chain knows of one drafter: its acceptance by state and support, its call cost, when to probe it."""
+
+    by_run: dict = field(default_factory=dict)   # run bucket -> Acceptance of a draft's first token
+    first: dict = field(default_factory=dict)    # (run bucket, support level) -> the same, counted from nothing
+    later: Acceptance = field(default_factory=lambda: Acceptance(hits=0.9 * PRIOR_WEIGHT,
+                                                                 misses=0.1 * PRIOR_WEIGHT))  # after an accepted one
+    cost: CallCost = field(default_factory=CallCost)
+    skipped: int = 0                 # steps not asked since it was last asked
+    probe_every: int = PROBE_EVERY
+    _rest: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))  # what its last draft still
+                                                                                     # predicts, if it held up
+    _run: int = 0                    # tokens its drafts got right in a row
+    _first_step: bool = True         # no step of this request has been drafted yet
+
+    def restart(self) -> None:
+        self._rest, self._run, self._first_step = self._rest[:0], 0, True
+
+    def run_of(self, draft_tokens: np.ndarray) -> int:
+        """The run bucket of a draft: 0 unless it carries on the drafter's last draft, which held up so far."""
+        n = min(len(draft_tokens), len(self._rest))
+        carries_on = n and np.array_equal(draft_tokens[:n], self._rest[:n])
+        return _bucket(self._run) if carries_on else 0
+
+    def p(self, length: int, run: int, support: int | None = None) -> np.ndarray:
+        """Acceptance of each token of a draft, its predecessors accepted: the first by run and context support
+        (leaning on the run's estimate while that support has been seen rarely), the others as the drafter's
+        tokens after an accepted one."""
+        p = np.full(length, self.later.p)
+        general = self._run_estimate(run)
+        specific = self.first.get((run, support)) or Acceptance(hits=0.0, misses=0.0)
+        hits = specific.hits + PRIOR_WEIGHT * general.p
+        n = specific.hits + specific.misses + PRIOR_WEIGHT
+        mean = hits / n
+        p[:1] = max(0.0, mean - CAUTION * (mean * (1 - mean) / (n + 1)) ** 0.5)
+        return p
+
+    def _run_estimate(self, run: int) -> Acceptance:
+        if run not in self.by_run:
+            prior = 1 - 0.25 / 2 ** run          # 3 in 4 for a fresh draft, likelier as a run goes on
+            self.by_run[run] = Acceptance(hits=prior * PRIOR_WEIGHT, misses=(1 - prior) * PRIOR_WEIGHT)
+        return self.by_run[run]
+
+    def p_next(self, length: int) -> np.ndarray:
+        """Acceptance of the tokens of a draft not made yet (it would carry on the last one if that held up)."""
+        return self.p(length, _bucket(self._run) if len(self._rest) else 0)
+
+    def costly(self, single_pass_seconds: float, uses_model: bool) -> bool:
+        """Asked only when expected to pay: a model, or any drafter whose calls are not negligible."""
+        return uses_model or self.cost.typical > CHEAP_SHARE * single_pass_seconds
+
+    def score(self, draft_tokens: np.ndarray, run: int, support: int, emitted: np.ndarray) -> int:
+        """Score a draft against the tokens the target emitted; return how many it got right."""
+        n = min(len(draft_tokens), len(emitted))
+        wrong = np.flatnonzero(draft_tokens[:n] != emitted[:n])
+        confirmed = int(wrong[0]) if wrong.size else n
+        first_right = confirmed > 0
+        self._run_estimate(run).observe(first_right, went_wrong=not first_right)
+        self.first.setdefault((run, support), Acceptance(hits=0.0, misses=0.0)).observe(first_right,
+                                                                                      went_wrong=not first_right)
+        if first_right:
+            self.later.observe(confirmed - 1, went_wrong=bool(wrong.size))
+        self._rest = draft_tokens[len(emitted):] if not wrong.size else draft_tokens[:0]
+        self._run = self._run + confirmed if run and not wrong.size else confirmed if not wrong.size else 0
+        return confirmed
+
+    def decide(self, expected_to_pay: bool, hopeless: bool) -> str | None:
+        """Called once a step for a drafter asked only when it pays: ASK, PROBE (a short draft, so that an estimate
+        that holds it back can be proved wrong) or None. A probe comes at the first step of each request, when
+        the drafter is in step with the history (a draft model then has nothing to catch up on), and after
+        ``probe_every`` steps held back (doubling up to PROBE_MAX_EVERY while probes do not pay) unless it is
+        ``hopeless``: too slow to pay even if every token were accepted, when the catch-up of a probe would
+        cost more than the probe could tell."""
+        self.skipped += 1
+        first, self._first_step = self._first_step, False
+        if expected_to_pay:
+            self.skipped, self.probe_every = 0, PROBE_EVERY
+            return ASK
+        if first or (not hopeless and self.skipped >= self.probe_every):
+            self.probe_every = self.probe_every if first else min(2 * self.probe_every, PROBE_MAX_EVERY)
+            self.skipped = 0
+            return PROBE
+        return None
+
+
+def _bucket(run: int) -> int:
+    return max(i for i, start in enumerate(RUNS) if run >= start)
+
+
+def expected_tokens(p: np.ndarray) -> np.ndarray:
+    """Expected tokens from a pass that verifies the first k draft tokens, for k = 0..len(p), when token i is
+    accepted with probability p[i] once all before it were (the pass's own token always counts)."""
+    return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(p))))
+
+
+def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_min: int = 1) -> tuple[int, float]:
+    """The length k in [n_min, len(p)] with the most expected tokens per second, and that rate ((0, 0.0) when the
+    draft is shorter than n_min). ``drafting`` adds the cost of drafting k tokens still to be paid (a drafter not
+    asked yet). Compare the rate with ``1 / cost.seconds(1)``, plain decoding's."""
+    n_min = max(1, n_min)
+    if len(p) < n_min:
+        return 0, 0.0
+    lengths = np.arange(n_min, len(p) + 1)
+    seconds = np.array([cost.seconds(1 + k) for k in lengths])
+    if drafting is not None:
+        seconds += [drafting.seconds(k) for k in lengths]
+    rates = expected_tokens(p)[n_min:] / seconds
+    best = int(np.argmax(rates))
+    return int(lengths[best]), float(rates[best])

@@ -1,0 +1,258 @@
+"""What one target pass costs by the number of tokens in it: measured robustly, checked, stored, aged and healed.
+
+Every decision to draft weighs tokens expected to be accepted against the seconds of the pass that verifies them,
+so a wrong table is worse than none: too cheap a table verifies drafts that lose, too dear a one turns speculation
+off. Hence:
+
+- **Calibration** times every size in interleaved rounds (forward, backward, forward...), after an untimed warm-up
+  pass, and keeps for each size the least time of samples that agree (noise on a CPU only ever adds time). Sizes
+  whose samples disagree get more rounds. The other processes' CPU use during calibration is measured, and a table
+  taken under load is used for the run but not stored.
+- **Sanity bounds.** A pass over k tokens cannot cost less than one over a single token, nor (with slack) more
+  than k single passes. A table that breaks them is impossible: it is measured again, and never stored or loaded.
+- **Healing.** The engine reports every pass it times. When the recent passes of some size disagree with the table
+  by more than half (a median over the last few), the table is stale (other load, another power state, a poisoned
+  file) and the engine measures it again.
+- **Ageing.** A stored table records when it was taken and under what load; after ``MAX_AGE_SECONDS`` it is
+  measured again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import statistics
+import time
+from collections import deque
+from typing import Callable, Iterable
+
+from specframe.files import atomic_write, locked
+
+log = logging.getLogger("specframe.drafting")
+
+FORMAT_VERSION = 2
+MAX_AGE_SECONDS = 7 * 24 * 3600      # a stored table is measured again after a week
+MAX_OTHER_LOAD = 0.25                # other processes' CPU use (in cores) above which a calibration is not stored
+AGREEMENT = 0.15                     # two samples of a size agree when within 15% of each other
+MAX_ROUNDS = 5
+FLOOR_SLACK = 0.85                   # t(k) >= 0.85 t(1): a bigger pass never costs less than a single token's
+CEILING_SLACK = 1.5                  # t(k) <= 1.5 k t(1): nor more than k single passes, with slack
+DRIFT = 1.5                          # observed / table beyond this factor (either way) means the table is stale
+DRIFT_WINDOW = 5                     # passes of one size whose median is compared with the table
+
+
+class PassCostError(ValueError):
+    """A pass-cost table that cannot be true."""
+
+
+def check_table(seconds: dict[int, float]) -> None:
+    """Raise PassCostError unless ``seconds`` (tokens -> seconds) is a possible table."""
+    if 1 not in seconds:
+        raise PassCostError("no cost for a single-token pass")
+    for n, s in seconds.items():
+        if not (isinstance(n, int) and n >= 1 and isinstance(s, float) and s == s and 0 < s < 3600):
+            raise PassCostError(f"pass of {n!r} tokens: {s!r} seconds is not a positive duration")
+    single = seconds[1]
+    for n, s in seconds.items():
+        if s < FLOOR_SLACK * single:
+            raise PassCostError(f"a pass of {n} tokens ({s * 1e3:.1f} ms) would cost less than one of a single "
+                                f"token ({single * 1e3:.1f} ms)")
+        if s > CEILING_SLACK * n * single:
+            raise PassCostError(f"a pass of {n} tokens ({s * 1e3:.1f} ms) would cost more than {n} single-token "
+                                f"passes ({single * 1e3:.1f} ms each)")
+
+
+class PassCost:
+    """Seconds of one target pass by the number of tokens in it (sizes not measured are interpolated)."""
+
+    def __init__(self, seconds: dict[int, float] | None = None, *, measured_at: float | None = None,
+                 other_load: float | None = None):
+        self._seconds: dict[int, float] = dict(seconds or {})
+        self.measured_at = measured_at
+        self.other_load = other_load
+        self._recent: dict[int, deque] = {}
+        self.stale_reason: str | None = None
+
+    @property
+    def measured(self) -> dict[int, float]:
+        return dict(sorted(self._seconds.items()))
+
+    def covers(self, sizes: Iterable[int]) -> bool:
+        return all(n in self._seconds for n in sizes)
+
+    @property
+    def stale(self) -> bool:
+        return self.stale_reason is not None
+
+    def seconds(self, n_tokens: int) -> float:
+        table = self._seconds
+        if n_tokens in table:
+            return table[n_tokens]
+        if not table:
+            return 1.0 + 0.5 * (n_tokens - 1)      # nothing measured: a guess of half a pass per extra token
+        sizes = sorted(table)
+        below = [n for n in sizes if n < n_tokens]
+        above = [n for n in sizes if n > n_tokens]
+        if below and above:
+            lo, hi = below[-1], above[0]
+            return table[lo] + (table[hi] - table[lo]) * (n_tokens - lo) / (hi - lo)
+        near = below[-2:] if below else above[:2]
+        if len(near) < 2:
+            return table[near[0]] * n_tokens / near[0] if below else table[near[0]]
+        (a, b), (ta, tb) = near, (table[near[0]], table[near[1]])
+        slope = max(0.0, (tb - ta) / (b - a))
+        return max(0.0, tb + slope * (n_tokens - b)) if below else max(0.0, ta - slope * (a - n_tokens))
+
+    # --- healing ---------------------------------------------------------------------------------------------
+
+    def observe(self, n_tokens: int, seconds: float) -> None:
+        """A pass the engine timed. Observations never change the table (a warm-up pass, or one slowed by another
+        process, must not poison it); they only tell when it has gone stale."""
+        if n_tokens not in self._seconds or self.stale:
+            return
+        recent = self._recent.setdefault(n_tokens, deque(maxlen=DRIFT_WINDOW))
+        recent.append(seconds)
+        if len(recent) < DRIFT_WINDOW:
+            return
+        ratio = statistics.median(recent) / self._seconds[n_tokens]
+        if not 1 / DRIFT <= ratio <= DRIFT:
+            self.stale_reason = (f"passes of {n_tokens} token(s) take {statistics.median(recent) * 1e3:.1f} ms, "
+                                 f"the table says {self._seconds[n_tokens] * 1e3:.1f} ms")
+
+    # --- calibration -----------------------------------------------------------------------------------------
+
+    def calibrate(self, run_pass: Callable[[int], float], sizes: Iterable[int]) -> None:
+        """Measure every size with ``run_pass(n) -> seconds`` and replace the table; see the module docstring.
+        A table measured impossible twice (a machine too busy to tell) is forced into the bounds, used for this
+        run and not stored."""
+        sizes = sorted(set(sizes) | {1})
+        run_pass(max(sizes))                                  # warm-up: first-touch costs are not a pass's cost
+        for attempt in range(2):
+            before, started = _cpu_times(), time.monotonic()
+            table = self._measure(run_pass, sizes)
+            self.other_load = _other_load(before, _cpu_times(), time.monotonic() - started)
+            try:
+                check_table(table)
+                break
+            except PassCostError as exc:
+                log.warning("the measured pass costs are impossible (%s)%s", exc,
+                            ": measuring again" if attempt == 0 else ": bounded, used for this run, not stored")
+        else:
+            single = table[1]
+            table = {n: min(max(s, FLOOR_SLACK * single), CEILING_SLACK * n * single) for n, s in table.items()}
+            self.other_load = float("inf")
+        self.measured_at = time.time()
+        self._seconds = table
+        self._recent.clear()
+        self.stale_reason = None
+
+    @staticmethod
+    def _measure(run_pass: Callable[[int], float], sizes: list[int]) -> dict[int, float]:
+        samples: dict[int, list[float]] = {n: [] for n in sizes}
+        for round_ in range(MAX_ROUNDS):
+            pending = [n for n in sizes if round_ < 2 or not _agreed(samples[n])]
+            if not pending:
+                break
+            for n in (pending if round_ % 2 == 0 else reversed(pending)):
+                samples[n].append(run_pass(n))
+        return {n: _agreed(s) or min(s) for n, s in samples.items()}
+
+    # --- storage ---------------------------------------------------------------------------------------------
+
+    @property
+    def storable(self) -> bool:
+        return self.other_load is None or self.other_load <= MAX_OTHER_LOAD
+
+    def to_json(self) -> str:
+        return json.dumps({"version": FORMAT_VERSION, "measured_at": self.measured_at, "other_load": self.other_load,
+                           "seconds": {str(n): s for n, s in self.measured.items()}}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "PassCost":
+        """Parse a stored table; PassCostError when it is malformed, impossible, taken under load or too old."""
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+                raise PassCostError("not a version-2 pass-cost table")
+            seconds = {int(n): float(s) for n, s in data["seconds"].items()}
+            measured_at, other_load = float(data["measured_at"]), data.get("other_load")
+            other_load = None if other_load is None else float(other_load)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise PassCostError(f"unreadable ({type(exc).__name__}: {exc})") from None
+        check_table(seconds)
+        age = time.time() - measured_at
+        if not 0 <= age <= MAX_AGE_SECONDS:
+            raise PassCostError(f"measured {age / 86400:.1f} days ago")
+        if other_load is not None and other_load > MAX_OTHER_LOAD:
+            raise PassCostError(f"measured while other processes used {other_load:.2f} cores")
+        return cls(seconds, measured_at=measured_at, other_load=other_load)
+
+
+class PassCostStore:
+    """Pass-cost tables on disk, one per model, build, machine and thread count (the key)."""
+
+    def __init__(self, folder: pathlib.Path, key: str):
+        self.path = folder / f"{key}.json"
+
+    def load(self) -> PassCost | None:
+        """The stored table, or None when there is none or it cannot be trusted (said in the log)."""
+        try:
+            text = self.path.read_text()
+        except OSError:
+            return None
+        try:
+            return PassCost.from_json(text)
+        except PassCostError as exc:
+            log.info("pass-cost table %s is set aside and measured again: %s", self.path, exc)
+            return None
+
+    def save(self, cost: PassCost) -> None:
+        if not cost.storable:
+            if cost.other_load != float("inf"):
+                log.warning("the pass costs were measured while other processes used %.2f cores: used for this "
+                            "run, not stored", cost.other_load)
+            return
+        try:
+            atomic_write(self.path, cost.to_json().encode())
+        except OSError as exc:
+            log.warning("could not store the measured pass costs in %s: %s", self.path, exc)
+
+    def reset(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def locked(self):
+        """Held while measuring, so that two processes starting together measure once (the second loads)."""
+        return locked(self.path)
+
+
+def _agreed(samples: list[float]) -> float | None:
+    """The least of the samples that has another within AGREEMENT of it, or None."""
+    ordered = sorted(samples)
+    for low, high in zip(ordered, ordered[1:]):
+        if high <= low * (1 + AGREEMENT):
+            return low
+    return None
+
+
+def _cpu_times() -> tuple[float, float] | None:
+    """(CPU seconds used by every process, by this one) so far, from /proc; None where there is no /proc."""
+    try:
+        fields = pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        ticks = os.sysconf("SC_CLK_TCK")
+        busy = sum(int(v) for i, v in enumerate(fields[:8]) if i not in (3, 4)) / ticks   # all but idle, iowait
+        own = os.times()
+        return busy, own.user + own.system
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _other_load(before, after, wall: float) -> float | None:
+    """Cores other processes kept busy between two ``_cpu_times`` readings."""
+    if before is None or after is None or wall <= 0:
+        return None
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall)

@@ -1,0 +1,30 @@
+"""Re-quantizing a GGUF model with libllama's own quantizer (llama_model_quantize)."""
+
+from __future__ import annotations
+
+import os
+
+from specframe.errors import ModelError
+from specframe.llama._native import native
+
+# Target types a model may be re-quantized into: those x86 CPUs repack into their fastest matrix kernels
+# (Q4_0, IQ4_NL), and Q8_0.
+QUANT_TYPES = {"q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "iq4_nl": "LLAMA_FTYPE_MOSTLY_IQ4_NL",
+               "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
+
+
+def quantize(source: str | os.PathLike, destination: str | os.PathLike, kind: str, threads: int = 0) -> None:
+    """Write ``source`` re-quantized into ``kind`` (a key of QUANT_TYPES) to ``destination``. Already quantized
+    tensors are re-quantized (allow_requantize); the output tensor stays as it is."""
+    if kind not in QUANT_TYPES:
+        raise ModelError(f"quantization type {kind!r}: expected one of {', '.join(QUANT_TYPES)}")
+    ffi, lib = native()
+    params = ffi.new("llama_model_quantize_params *", lib.llama_model_quantize_default_params())
+    params.nthread = threads
+    params.ftype = getattr(lib, QUANT_TYPES[kind])
+    params.allow_requantize = True
+    params.quantize_output_tensor = False
+    status = lib.llama_model_quantize(os.fsencode(source), os.fsencode(destination), params)
+    if status != 0:
+        raise ModelError(f"llama.cpp could not re-quantize {source} into {kind} (status {status}; run with "
+                         "--verbose to see its reason)")

@@ -1,0 +1,61 @@
+"""Models re-quantized into the layout this CPU runs fastest, made once and cached by the source's hash.
+
+A small draft model spends most of a speculative run drafting, one token at a time. On x86, llama.cpp repacks
+Q4_0 and IQ4_NL weights into its fastest matrix kernels, but K-quants only when a row holds whole 256-value
+super-blocks: the 0.5B Qwen draft (hidden size 896) falls back to Q5_0 and Q8_0 there, which are not repacked.
+Re-quantized into Q4_0 it drafts faster. Only the draft changes: the target verifies every token, so the output is
+the target's whatever the draft.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+
+from specframe.files import atomic_write, locked
+from specframe.paths import models_dir
+
+
+def requantized(source: pathlib.Path, kind: str, threads: int = 0) -> pathlib.Path:
+    """``source`` re-quantized into ``kind`` (see specframe.llama.quantize.QUANT_TYPES), made on first use."""
+    from specframe.llama.quantize import quantize
+
+    folder = models_dir() / "requantized"
+    destination = folder / f"{source.stem}.{source_hash(source)[:16]}.{kind}.gguf"
+    if destination.is_file():
+        return destination
+    with locked(destination):
+        if not destination.is_file():                    # another process may have made it meanwhile
+            partial = destination.with_name(f".{destination.name}.{os.getpid()}.partial")
+            try:
+                quantize(source, partial, kind, threads)
+                os.replace(partial, destination)
+            finally:
+                partial.unlink(missing_ok=True)
+    return destination
+
+
+def source_hash(path: pathlib.Path) -> str:
+    """The sha256 of a file, remembered beside the cache by path, size and modification time."""
+    stat = path.stat()
+    identity = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    memo = models_dir() / "requantized" / "source-hashes.json"
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if identity not in known:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                digest.update(chunk)
+        with locked(memo):
+            try:
+                known = json.loads(memo.read_text())
+            except (OSError, ValueError):
+                known = {}
+            known[identity] = digest.hexdigest()
+            atomic_write(memo, json.dumps(known, indent=1).encode())
+    return known[identity]

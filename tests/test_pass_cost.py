@@ -1,0 +1,110 @@
+"""The pass-cost table: measured robustly, impossible tables refused, stored with its age and load, healed."""
+
+import json
+import time
+
+import pytest
+
+from specframe.drafting import pass_cost
+from specframe.drafting.pass_cost import PassCost, PassCostError, PassCostStore, check_table
+
+# Passes measured on a 2-core AMD EPYC (AVX-512), Qwen2.5-Coder-1.5B Q4_K_M, logits at every position (ms by size).
+EPYC = {1: 29.6, 2: 57.2, 3: 77.5, 4: 97.8, 5: 121.1, 6: 138.4, 7: 161.4, 8: 225.2, 9: 251.5, 10: 262.4, 11: 281.4,
+        12: 274.6, 13: 320.9, 14: 307.5, 15: 321.3, 16: 280.5, 17: 305.8}
+
+
+def seconds(table: dict[int, float]) -> dict[int, float]:
+    return {n: ms / 1000 for n, ms in table.items()}
+
+
+def test_interpolates_and_extrapolates_what_it_has_not_measured():
+    cost = PassCost({1: 0.060, 5: 0.180})
+    assert cost.seconds(3) == pytest.approx(0.120)
+    assert cost.seconds(9) == pytest.approx(0.300)
+    assert PassCost().seconds(3) == pytest.approx(2.0)    # nothing measured: half a pass per extra token
+
+
+def test_calibration_warms_up_interleaves_and_ignores_a_disturbed_sample():
+    calls = []
+
+    def run_pass(n):
+        calls.append(n)
+        slowed = n == 8 and calls.count(8) == 3     # the second timed sample of size 8: another process ran
+        return EPYC[n] / 1000 * (5.0 if slowed else 1.0)
+
+    cost = PassCost()
+    cost.calibrate(run_pass, range(1, 18))
+    assert calls[0] == 17                                   # an untimed warm-up at the largest size first
+    rounds = calls[1:]
+    assert rounds[:17] == list(range(1, 18)) and rounds[17:34] == list(range(17, 0, -1))   # interleaved
+    assert cost.measured == pytest.approx(seconds(EPYC))    # agreeing samples decide; the slowed one is ignored
+
+
+def test_impossible_tables_are_refused():
+    check_table(seconds(EPYC))
+    with pytest.raises(PassCostError, match="less than one of a single token"):
+        check_table({1: 3.0, 2: 0.057, 16: 0.280})          # a warm-up pass stored as the single-token cost
+    with pytest.raises(PassCostError, match="more than 2 single-token passes"):
+        check_table({1: 0.08, 2: 4.4})                      # measured while another process used the CPU
+    with pytest.raises(PassCostError):
+        check_table({2: 0.05})                              # nothing to compare with
+    with pytest.raises(PassCostError, match="not a positive duration"):
+        check_table({1: float("nan")})
+
+
+def test_a_calibration_measured_impossible_twice_is_bounded_and_not_stored(tmp_path, caplog):
+    cost = PassCost()
+    cost.calibrate(lambda n: 0.001 if n == 1 else 0.5, [1, 2, 3])     # the machine is too busy to tell
+    assert cost.seconds(2) <= 1.5 * 2 * cost.seconds(1)
+    assert not cost.storable
+    store = PassCostStore(tmp_path, "key")
+    store.save(cost)
+    assert not store.path.exists()
+    assert "impossible" in caplog.text
+
+
+def test_stored_tables_round_trip_and_record_when_and_under_what_load(tmp_path):
+    cost = PassCost()
+    cost.calibrate(lambda n: EPYC[n] / 1000, range(1, 18))
+    store = PassCostStore(tmp_path, "key")
+    store.save(cost)
+    data = json.loads(store.path.read_text())
+    assert data["version"] == 2 and abs(data["measured_at"] - time.time()) < 60 and "other_load" in data
+    assert store.load().measured == cost.measured
+    assert not list(tmp_path.glob(".*partial"))             # written through a temporary file, renamed
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda d: d.update(measured_at=time.time() - pass_cost.MAX_AGE_SECONDS - 1), "old"),
+    (lambda d: d.update(other_load=1.5), "under load"),
+    (lambda d: d["seconds"].update({"1": 1e-9}), "impossible"),
+    (lambda d: d.update(version=1), "old format"),
+    (lambda d: d.update(seconds="fast"), "malformed"),
+])
+def test_a_stored_table_that_cannot_be_trusted_is_set_aside(tmp_path, change, reason):
+    store = PassCostStore(tmp_path, "key")
+    store.save(PassCost(seconds(EPYC), measured_at=time.time(), other_load=0.0))
+    data = json.loads(store.path.read_text())
+    change(data)
+    store.path.write_text(json.dumps(data))
+    assert store.load() is None, reason
+    store.path.write_text("{not json")
+    assert store.load() is None
+
+
+def test_a_table_taken_under_load_is_used_but_not_stored(tmp_path):
+    store = PassCostStore(tmp_path, "key")
+    store.save(PassCost(seconds(EPYC), measured_at=time.time(), other_load=1.2))
+    assert not store.path.exists()
+
+
+def test_passes_that_disagree_with_the_table_make_it_stale_and_one_outlier_does_not():
+    cost = PassCost(seconds(EPYC))
+    cost.observe(1, 0.350)                                  # one pass slowed by another process
+    for _ in range(pass_cost.DRIFT_WINDOW):
+        cost.observe(1, 0.030)
+    assert not cost.stale
+    for _ in range(pass_cost.DRIFT_WINDOW):                 # passes of 16 are really three times cheaper
+        cost.observe(16, 0.095)
+    assert cost.stale and "16 token" in cost.stale_reason
+    assert cost.seconds(16) == pytest.approx(0.2805)        # observations never rewrite the table themselves
