@@ -183,6 +183,9 @@ def _drafters(tables, types: dict[str, DrafterType], where: "_Where") -> list[Dr
             types[kind].cls.check_params(params, where.path.parent)
         except ParamError as exc:
             raise ConfigError(where.at(f"{section}.{exc.key}", exc.problem)) from None
+        except (Exception, SystemExit) as exc:   # a plugin's own bug, reported like its parameters
+            raise ConfigError(where.at(section, f"the drafter's check_params raised {type(exc).__name__}: "
+                                                f"{exc}")) from None
         drafters.append(DrafterConfig(kind, name, params))
     return drafters
 

@@ -213,7 +213,7 @@ class Engine:
                 raise self.config.drafter_error(drafter_cfg, exc) from None
             except SpecframeError:
                 raise
-            except Exception as exc:  # a third-party drafter that cannot start is reported, not fatal
+            except (Exception, SystemExit) as exc:  # a third-party drafter that cannot start is reported, not fatal
                 log.warning("drafter '%s' (plugin %s) could not be created and is left out: %s: %s",
                             drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
                 self._entries[drafter_cfg.name] = None
@@ -394,7 +394,7 @@ class Engine:
         """Why the drafter could not save what it persists, or None when it saved (or has nothing to save)."""
         try:
             entry.drafter.save()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             reason = str(exc) if isinstance(exc, SpecframeError) else f"{type(exc).__name__}: {exc}"
             return f"drafter '{entry.label}' (plugin {entry.plugin}) could not save what it learned: {reason}"
         return None

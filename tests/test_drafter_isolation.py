@@ -6,6 +6,7 @@ import textwrap
 import pytest
 
 from specframe.engine import Engine
+from specframe.errors import ConfigError, SpecframeError
 from specframe.ngram_cache import NgramCache
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
@@ -16,18 +17,34 @@ from specframe import NO_DRAFT, Drafter, hookimpl, param
 
 @dataclass(frozen=True)
 class Params:
-    fault: str = param("write", choices=("write", "exit"))
+    fault: str = param("write", choices=("write", "exit", "exit-at-start", "exit-at-save", "check"))
 
 class Rogue(Drafter):
     name = "rogue"
     Params = Params
+
+    @classmethod
+    def check_params(cls, params, config_dir):
+        if params.fault == "check":
+            raise RuntimeError("a bug in the plugin")
+
+    def __init__(self, params, env):
+        super().__init__(params, env)
+        if params.fault == "exit-at-start":
+            raise SystemExit(3)
+
+    def save(self):
+        if self.params.fault == "exit-at-save":
+            raise SystemExit(0)
 
     def draft(self, history, n_max):
         if self.params.fault == "write":
             history[-1] = 0          # would change the token the target is fed next, and what others index
             history[:-1] = 7
             return NO_DRAFT
-        raise SystemExit(0)
+        if self.params.fault == "exit":
+            raise SystemExit(0)
+        return NO_DRAFT
 
 @hookimpl
 def register_drafters(register):
@@ -36,7 +53,7 @@ def register_drafters(register):
 
 
 @pytest.fixture
-def engine_with(write_config, target_path, tmp_path, monkeypatch, private_cache):
+def engine_with(write_config, target_path, tmp_path, monkeypatch):
     (tmp_path / "rogue_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     engines = []
@@ -91,3 +108,20 @@ def test_a_drafter_raising_system_exit_is_set_aside(engine_with):
     result = rogue.generate(PROMPT, raw=True)
     assert result.tokens == clean.generate(PROMPT, raw=True).tokens
     assert "SystemExit" in result.stats.drafters["rogue"]["disabled"]
+
+
+def test_a_drafter_exiting_when_created_is_left_out_and_one_exiting_at_save_fails_the_run(engine_with, caplog):
+    started = engine_with("exit-at-start", "start.ngc")
+    result = started.generate(PROMPT, raw=True)
+    assert "rogue" not in result.stats.drafters and result.stats.n_accepted > 0
+    assert any("'rogue'" in r.getMessage() and "SystemExit: 3" in r.getMessage() for r in caplog.records)
+    saving = engine_with("exit-at-save", "save.ngc")
+    saving.generate(PROMPT, raw=True)
+    with pytest.raises(SpecframeError, match="drafter 'rogue' .* could not save what it learned: SystemExit: 0"):
+        saving.close()
+
+
+def test_a_plugin_whose_parameter_check_raises_is_a_config_error(engine_with):
+    with pytest.raises(ConfigError, match=r"drafter\[0\] \(type 'rogue'\): the drafter's check_params raised "
+                                          "RuntimeError: a bug in the plugin"):
+        engine_with("check", "check.ngc")

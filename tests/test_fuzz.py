@@ -7,7 +7,7 @@
   checksum) against `ngram stats`, `ngram merge` and the ngram-cache drafter;
 - drafters returning arbitrary objects, against greedy decoding: the output stays the target's own.
 
-Bounded so that every CI run can afford it (about a minute); `SPECFRAME_FUZZ_SCALE=10` runs ten times as many
+Bounded so that every CI run can afford it (about half a minute); `SPECFRAME_FUZZ_SCALE=10` runs ten times as many
 cases. `pytest --hypothesis-show-statistics tests/test_fuzz.py` shows each test's cases and outcomes by kind.
 """
 
@@ -179,7 +179,7 @@ def load_and_run(path, outcomes: list) -> None:
         event(f"ConfigError: {' '.join(problem.split()[:2])}")
         return
     event("loaded")
-    if not fits_this_machine(config) or len(outcomes) >= 8 * SCALE:   # a few runs per test: each loads models
+    if not fits_this_machine(config) or len(outcomes) >= 12 * SCALE:   # a few runs per test: each loads models
         return
     outcome = assert_result_or_one_line(cli("run", "-c", path, "-p", "the quick brown fox", "--raw", "-n", "6"))
     outcomes.append(outcome)
@@ -187,16 +187,12 @@ def load_and_run(path, outcomes: list) -> None:
 
 
 @pytest.fixture
-def runs(monkeypatch, tmp_path_factory):
-    """Where run outcomes are counted; the runs use a cache of their own and the user's libllama build."""
-    from specframe.llama import library_prefix
-
-    monkeypatch.setenv("SPECFRAME_LLAMA_PREFIX", str(library_prefix()))
-    monkeypatch.setenv("SPECFRAME_CACHE", str(tmp_path_factory.mktemp("cache")))
+def runs():
+    """The outcomes of the runs one test made (conftest gives each test a cache of its own)."""
     return []
 
 
-@fuzz(400)
+@fuzz(800)
 @given(document=st.data())
 def test_structured_configs_load_or_fail_in_one_line(document, tmp_path_factory, target_path, runs, monkeypatch):
     monkeypatch.setenv("SPECFRAME_LOAD_PLUGINS", "specframe-cycle")
@@ -232,7 +228,7 @@ save_dynamic = true
 """
 
 
-@fuzz(300)
+@fuzz(500)
 @given(mutations=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(["flip", "insert", "delete"]),
                                     st.integers(0, 255)), min_size=1, max_size=4))
 def test_byte_mutated_configs_load_or_fail_in_one_line(mutations, tmp_path_factory, target_path, runs,
@@ -303,7 +299,7 @@ mutated_files = st.lists(st.tuples(st.integers(0, 10**5), st.integers(0, 255)), 
     lambda flips: flipped(VALID_FILE, flips))
 
 
-@fuzz(300)
+@fuzz(500)
 @given(content=hostile_files | mutated_files | st.binary(max_size=64),
        history=st.lists(st.integers(0, 600), min_size=1, max_size=24))
 def test_ngram_cache_files_are_read_or_refused_in_one_line(content, history, tmp_path_factory):
@@ -379,7 +375,7 @@ def greedy_engine(target_path, tmp_path_factory):
         yield engine
 
 
-@fuzz(200)
+@fuzz(400)
 @given(first=returned, later=returned)
 def test_drafters_returning_arbitrary_objects_never_change_the_output(first, later, greedy_engine):
     drafter = Arbitrary(None, None)

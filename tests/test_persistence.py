@@ -22,7 +22,7 @@ def run(*args):
 
 
 @pytest.fixture
-def dynamic_config(write_config, target_path, private_cache):
+def dynamic_config(write_config, target_path):
     """A config whose ngram-cache learns into ``dynamic.ngc`` beside it."""
 
     def make(extra: str = "", name: str = "config.toml"):

@@ -52,7 +52,7 @@ PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 
 
 @pytest.fixture
-def setup(tmp_path, target_path, private_cache):
+def setup(tmp_path, target_path):
     (tmp_path / "runner.py").write_text(RUNNER)
     seeded = NgramCache()
     seeded.update([5, 6, 7, 5, 6, 7, 5])
