@@ -2,24 +2,67 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
+import typing
 
 import click
 
-from specframe.errors import SpecframeError
+from specframe.config import GenerationConfig
+from specframe.errors import SpecframeError, printable
+from specframe.files import atomic_write, output_problem, read_text
+from specframe.interruption import signals_interrupt
 from specframe.llama.quantize import QUANT_TYPES
+from specframe.params import describe, within_bounds
+from specframe.sampling import SamplingParams
 
 
 class _OneLineErrors(click.Group):
-    """Known errors (bad config, missing model or library, ...) end the command with one clear line."""
+    """Known errors (bad config, missing model or library, ...) end the command with one clear line; SIGINT and
+    SIGTERM end it with the shell's code for the signal (commands get the ``SignalHandling`` as ``ctx.obj``)."""
 
     def invoke(self, ctx):
+        with signals_interrupt() as signals:
+            ctx.obj = signals
+            try:
+                return super().invoke(ctx)
+            except SpecframeError as exc:
+                raise click.ClickException(printable(str(exc))) from None
+            except KeyboardInterrupt:
+                click.echo(f"specframe: interrupted ({signals.name})", err=True)
+                ctx.exit(signals.exit_code)
+
+
+class _ConfigField(click.ParamType):
+    """A command-line override of a config field: the type and bounds the config file accepts for it."""
+
+    def __init__(self, cls, name: str):
+        self.type = typing.get_type_hints(cls)[name]
+        self.metadata = next(f for f in dataclasses.fields(cls) if f.name == name).metadata
+        self.name = describe(self.type, self.metadata)
+
+    def convert(self, value, param, ctx):
         try:
-            return super().invoke(ctx)
-        except SpecframeError as exc:
-            raise click.ClickException(str(exc)) from None
+            number = self.type(value)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or not within_bounds(number, self.metadata):
+            self.fail(f"expected {self.name}, got {value!r}", param, ctx)
+        return number
+
+
+class _OutputFile(click.ParamType):
+    """A file the command will write: refused before any work if it cannot be written."""
+
+    name = "file"
+
+    def convert(self, value, param, ctx):
+        problem = output_problem(value)
+        if problem:
+            self.fail(f"{value}: {problem}", param, ctx)
+        return value
 
 
 @click.group(cls=_OneLineErrors)
@@ -29,30 +72,32 @@ def main(verbose: bool) -> None:
     """Speculative decoding on llama.cpp, with drafters as plugins."""
     logging.basicConfig(format="specframe: %(message)s", stream=sys.stderr)
     logging.getLogger("specframe").setLevel(logging.INFO if verbose else logging.WARNING)
-    if not verbose:
-        logging.getLogger("specframe.llama").setLevel(logging.ERROR)
+    if not verbose:   # llama.cpp's own log: our errors say what went wrong in one line
+        logging.getLogger("specframe.llama").setLevel(logging.CRITICAL + 1)
 
 
 @main.command()
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="TOML config file.")
 @click.option("-p", "--prompt", help="The prompt.")
-@click.option("-f", "--prompt-file", type=click.File("r", encoding="utf-8"), help="Read the prompt from a file.")
-@click.option("-n", "--max-tokens", type=click.IntRange(min=1), help="Most tokens to generate.")
-@click.option("-t", "--temperature", type=click.FloatRange(min=0.0), help="0 = greedy.")
-@click.option("-s", "--seed", type=click.IntRange(min=0), help="Sampling seed.")
+@click.option("-f", "--prompt-file", type=click.Path(dir_okay=False), help="Read the prompt from a UTF-8 file.")
+@click.option("-n", "--max-tokens", type=_ConfigField(GenerationConfig, "max_tokens"), help="Most tokens to generate.")
+@click.option("-t", "--temperature", type=_ConfigField(SamplingParams, "temperature"), help="0 = greedy.")
+@click.option("-s", "--seed", type=_ConfigField(SamplingParams, "seed"), help="Sampling seed.")
 @click.option("--no-spec", is_flag=True, help="Decode plainly with the same target (the baseline).")
 @click.option("--raw", is_flag=True, help="Send the prompt as it is, without the model's chat template.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, tokens, stats) at the end.")
-def run(config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec, raw, as_json):
+@click.pass_obj
+def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec, raw, as_json):
     """Generate an answer: text on stdout, statistics on stderr."""
     from specframe.engine import Engine
     from specframe.report import format_stats
 
     if (prompt is None) == (prompt_file is None):
         raise click.UsageError("give exactly one of --prompt TEXT or --prompt-file FILE")
-    text = prompt if prompt is not None else prompt_file.read()
-    with Engine.from_config(config_path) as engine:
+    text = prompt if prompt is not None else read_text(prompt_file)
+    engine = Engine.from_config(config_path)
+    try:
         generation = engine.stream(text, max_tokens=max_tokens, temperature=temperature, seed=seed,
                                    speculative=not no_spec, raw=raw)
         printed = []
@@ -69,8 +114,11 @@ def run(config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec
         else:
             click.echo(result.text[len("".join(printed)):])
             click.echo(format_stats(result, speculative=not no_spec), err=True)
-    if result.stop_reason == "interrupted":
-        sys.exit(130)
+    finally:
+        with signals.held():   # what drafters learned is saved whole, whatever arrives meanwhile
+            engine.close()
+    if result.stop_reason == "interrupted" or signals.received:
+        sys.exit(signals.exit_code)
 
 
 @main.command()
@@ -82,8 +130,8 @@ def run(config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec
 @click.option("-r", "--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs per strategy; tokens/s is their median.")
 @click.option("-n", "--max-tokens", type=click.IntRange(min=1), help="Token budget of every workload.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the rows as JSON to this file.")
-@click.option("--plot", "plot_out", type=click.Path(dir_okay=False), help="Draw the speedups into this PNG.")
+@click.option("--json", "json_out", type=_OutputFile(), help="Write the rows as JSON to this file.")
+@click.option("--plot", "plot_out", type=_OutputFile(), help="Draw the speedups into this PNG.")
 def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
     """Plain decoding vs each drafter, the chain and the oracle, greedy, on the config's target."""
     from tqdm import tqdm
@@ -103,8 +151,8 @@ def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
         rows = run_bench(config, chosen, repeat, progress)
     click.echo(format_table(rows))
     if json_out:
-        with open(json_out, "w") as f:
-            json.dump({"config": str(config_path), "repeat": repeat, "rows": [r.as_dict() for r in rows]}, f, indent=2)
+        atomic_write(json_out, json.dumps({"config": str(config_path), "repeat": repeat,
+                                           "rows": [r.as_dict() for r in rows]}, indent=2).encode())
     if plot_out:
         plot(rows, plot_out)
         click.echo(f"plot: {plot_out}", err=True)
@@ -153,7 +201,7 @@ def plugins(as_json, modules):
         click.echo(f"{entry['type']}  (plugin {entry['plugin']}, package {entry['package']})")
         for p in entry["parameters"]:
             default = "required" if p["required"] else f"default {p['default']!r}"
-            click.echo(f"    {p['name']}: {p['type']}, {default}" + (f" - {p['help']}" if p["help"] else ""))
+            click.echo(f"    {p['name']}: {p['expects']}, {default}" + (f" - {p['help']}" if p["help"] else ""))
 
 
 @main.group()
@@ -162,7 +210,7 @@ def models():
 
 
 @models.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models_list(as_json):
     """Catalog models and whether they are in the cache."""
     from specframe.models import CATALOG
@@ -229,7 +277,7 @@ def ngram():
 @ngram.command("build")
 @click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-m", "--model", required=True, help="Catalog name or GGUF path whose vocabulary tokenizes the corpus.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Cache file to write.")
+@click.option("-o", "--output", required=True, type=_OutputFile(), help="Cache file to write.")
 @click.option("--sizes", default="2", show_default=True,
               help="Comma-separated n-gram sizes to count (the drafter's static cache reads 2-grams).")
 def ngram_build(corpus, model, output, sizes):
@@ -268,7 +316,7 @@ def ngram_build(corpus, model, output, sizes):
 
 @ngram.command("merge")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=_OutputFile(), help="Cache file to write the sum into.")
 def ngram_merge(inputs, output):
     """Add up the counts of several cache files."""
     from specframe.ngram_cache import NgramCache
@@ -282,7 +330,7 @@ def ngram_merge(inputs, output):
 
 @ngram.command("stats")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def ngram_stats(path, as_json):
     """Sizes of a cache file."""
     from specframe.ngram_cache import NgramCache

@@ -14,10 +14,12 @@ import sys
 import typing
 from dataclasses import dataclass, field
 
-from specframe.errors import ConfigError
 from specframe.drafting.chain import ARBITRATIONS
-from specframe.models import is_model_reference
-from specframe.params import param
+from specframe.errors import ConfigError, ParamError, SpecframeError, printable
+from specframe.files import file_problem, read_text
+from specframe.llama.context import default_threads
+from specframe.models import CATALOG
+from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, describe, param, within_bounds
 from specframe.plugins import DrafterType, Plugins, load_plugins
 from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
 
@@ -27,20 +29,25 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+# More threads than this only slow llama.cpp down (they spin), and tens of thousands crash its OpenMP runtime.
+MAX_THREADS = 4 * default_threads()
+
+
 @dataclass(frozen=True)
 class TargetConfig:
     model: str = param(help="catalog name (specframe models list) or path to a GGUF file", model=True)
-    n_ctx: int = param(4096, min=16, help="context size in tokens")
-    n_batch: int = param(512, min=1, help="largest batch fed to llama_decode at once")
-    n_gpu_layers: int = param(0, min=-1, help="layers to offload to the GPU (-1: all)")
-    threads: int = param(0, min=0, help="CPU threads (0: all cores)")
+    n_ctx: int = param(4096, min=16, max=INT32_MAX, help="context size in tokens")
+    n_batch: int = param(512, min=1, max=INT32_MAX, help="largest batch fed to llama_decode at once")
+    n_gpu_layers: int = param(0, min=-1, max=INT32_MAX, help="layers to offload to the GPU (-1: all)")
+    threads: int = param(0, min=0, max=MAX_THREADS, help="CPU threads (0: all cores; at most 4 per core)")
 
 
 @dataclass(frozen=True)
 class SpeculativeConfig:
     enabled: bool = param(True, help="false decodes plainly")
-    n_max: int = param(16, min=0, help="most tokens verified per step beyond the first")
-    n_min: int = param(0, min=0, help="drafts shorter than this are dropped and the next drafter is asked")
+    n_max: int = param(16, min=0, max=MAX_DRAFT_TOKENS, help="most tokens verified per step beyond the first")
+    n_min: int = param(0, min=0, max=MAX_DRAFT_TOKENS,
+                       help="drafts shorter than this are dropped and the next drafter is asked")
     adaptive: bool = param(True, help="draft only as many tokens as measured costs and acceptance make worthwhile")
     arbitration: str = param("gain", choices=ARBITRATIONS,
                              help="which draft to verify: the one with the most expected tokens per second "
@@ -53,7 +60,7 @@ class SpeculativeConfig:
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    max_tokens: int = param(512, min=1)
+    max_tokens: int = param(512, min=1, max=INT32_MAX, help="most tokens to generate (the context may end it first)")
     stop: list = param([], help="stop strings")
     system: str = param("", help="system prompt for chat templates")
 
@@ -85,6 +92,11 @@ class Config:
     def directory(self) -> pathlib.Path:
         return self.path.parent
 
+    def drafter_error(self, drafter: DrafterConfig, error: ParamError) -> ConfigError:
+        """A drafter's complaint about one of its parameters, located in this file as the loader reports it."""
+        section = drafter_section(self.drafters.index(drafter), drafter.type)
+        return ConfigError(_Where(self.path).at(f"{section}.{error.key}", error.problem))
+
     def ordered_drafters(self, types: dict[str, DrafterType]) -> list[DrafterConfig]:
         """The chain's priority order: [speculative] order, else draftless drafters first (config order kept)."""
         if self.speculative.order:
@@ -100,11 +112,12 @@ _SECTIONS = {"target": TargetConfig, "sampling": SamplingParams, "speculative": 
 def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Config:
     """Read and validate a config file; load the plugins it names unless ``plugins`` is given."""
     path = pathlib.Path(path).expanduser().resolve()
+    if file_problem(path) == "not found":
+        raise ConfigError(f"{path}: no such config file")
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
+        data = tomllib.loads(read_text(path))
+    except SpecframeError as exc:
+        raise ConfigError(str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     where = _Where(path)
@@ -120,9 +133,19 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
         if name == "target" and "model" not in table:
             raise ConfigError(where.at("target.model", "missing; expected a catalog model name or a GGUF path"))
         sections[name] = build_dataclass(cls, table, where, name)
-    plugins = plugins or load_plugins(sections["plugins"].modules)
+    try:
+        plugins = plugins or load_plugins(sections["plugins"].modules)
+    except ConfigError as exc:
+        raise ConfigError(where.at("plugins.modules", str(exc))) from None
     drafters = _drafters(data.get("drafter", []), plugins.drafter_types(), where)
-    speculative = sections["speculative"]
+    speculative, target = sections["speculative"], sections["target"]
+    batch = min(target.n_batch, target.n_ctx)   # llama.cpp never batches more tokens than the context holds
+    if speculative.enabled and speculative.n_max + 1 > batch:
+        limit = (f"[target] n_batch = {target.n_batch}" if target.n_batch <= target.n_ctx else
+                 f"[target] n_ctx = {target.n_ctx} (a batch never holds more than the context)")
+        raise ConfigError(where.at("speculative.n_max", f"{speculative.n_max} drafted tokens and the last one are "
+                                                        f"verified in one batch, more than {limit}; expected "
+                                                        f"n_max <= {batch - 1}"))
     names = [d.name for d in drafters]
     for i, name in enumerate(speculative.order):
         if name not in names:
@@ -130,7 +153,7 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
                                                                    f"of {', '.join(names) or '(no drafters)'}"))
     if speculative.order and sorted(speculative.order) != sorted(names):
         raise ConfigError(where.at("speculative.order", f"must list every drafter once: {', '.join(names)}"))
-    return Config(path, sections["target"], sections["sampling"], speculative, sections["generation"],
+    return Config(path, target, sections["sampling"], speculative, sections["generation"],
                   sections["plugins"], tuple(drafters), plugins)
 
 
@@ -147,15 +170,29 @@ def _drafters(tables, types: dict[str, DrafterType], where: "_Where") -> list[Dr
         kind = table.pop("type", None)
         if kind is None:
             raise ConfigError(where.at(f"{key}.type", f"missing; expected one of: {known}"))
-        if kind not in types:
-            raise ConfigError(where.at(f"{key}.type", f"unknown drafter type '{kind}'; known types: {known}"))
+        if not isinstance(kind, str) or kind not in types:
+            raise ConfigError(where.at(f"{key}.type", f"unknown drafter type {kind!r}; known types: {known}"))
         name = table.pop("name", kind)
-        if not isinstance(name, str) or name in seen:
-            raise ConfigError(where.at(f"{key}.name", f"expected a name not used by another drafter, got {name!r}"))
+        if not isinstance(name, str) or not name or name in seen:
+            raise ConfigError(where.at(f"{key}.name", f"expected a non-empty name not used by another drafter, "
+                                                      f"got {name!r}"))
         seen.add(name)
-        params = build_dataclass(types[kind].cls.Params, table, where, f"{key} (type '{kind}')")
+        section = drafter_section(i, kind)
+        params = build_dataclass(types[kind].cls.Params, table, where, section)
+        try:
+            types[kind].cls.check_params(params, where.path.parent)
+        except ParamError as exc:
+            raise ConfigError(where.at(f"{section}.{exc.key}", exc.problem)) from None
+        except (Exception, SystemExit) as exc:   # a plugin's own bug, reported like its parameters
+            raise ConfigError(where.at(section, f"the drafter's check_params raised {type(exc).__name__}: "
+                                                f"{exc}")) from None
         drafters.append(DrafterConfig(kind, name, params))
     return drafters
+
+
+def drafter_section(index: int, kind: str) -> str:
+    """How errors name the table of the index-th [[drafter]]."""
+    return f"drafter[{index}] (type '{kind}')"
 
 
 class _Where:
@@ -163,7 +200,7 @@ class _Where:
         self.path = path
 
     def at(self, key: str, problem: str) -> str:
-        return f"{self.path}: {key}: {problem}"
+        return printable(f"{self.path}: {key}: {problem}")
 
 
 def build_dataclass(cls, table: dict, where: _Where, section: str):
@@ -179,22 +216,23 @@ def build_dataclass(cls, table: dict, where: _Where, section: str):
         key = f"{section}.{name}"
         if name not in table:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError(where.at(key, f"missing; expected {_describe(hints[name], f.metadata)}"))
+                raise ConfigError(where.at(key, f"missing; expected {describe(hints[name], f.metadata)}"))
             continue
         value = table[name]
-        expected = _describe(hints[name], f.metadata)
+        expected = describe(hints[name], f.metadata)
         if not _type_ok(value, hints[name]):
             raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
         meta = f.metadata
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if (meta.get("min") is not None and value < meta["min"]) or \
-                    (meta.get("max") is not None and value > meta["max"]):
-                raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not within_bounds(value, meta):
+            raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
         if meta.get("choices") is not None and value not in meta["choices"]:
             raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
-        if meta.get("model") and not is_model_reference(value, where.path.parent):
-            raise ConfigError(where.at(key, f"model file {value!r} not found (relative paths are from the config's "
-                                            "folder); expected a GGUF path or a catalog name (specframe models list)"))
+        if meta.get("model") and value not in CATALOG:
+            problem = file_problem(where.path.parent / os.path.expanduser(value))
+            if problem:
+                raise ConfigError(where.at(key, f"model file {value!r} {problem} (relative paths are from the "
+                                                "config's folder); expected a GGUF path or a catalog name "
+                                                "(specframe models list)"))
         values[name] = float(value) if hints[name] is float else value
     try:
         return cls(**values)
@@ -215,29 +253,13 @@ def _type_ok(value, annotation) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if base is str:
         return isinstance(value, str)
-    if base is list:
+    if base is list:   # list items and table keys name things: an empty one is a mistake
         (item,) = typing.get_args(annotation) or (str,)
-        return isinstance(value, list) and all(_type_ok(v, item) for v in value)
+        return isinstance(value, list) and all(_type_ok(v, item) and v != "" for v in value)
     if base is dict:
         key_type, value_type = typing.get_args(annotation) or (str, str)
-        return isinstance(value, dict) and all(_type_ok(k, key_type) and _type_ok(v, value_type)
+        return isinstance(value, dict) and all(_type_ok(k, key_type) and k != "" and _type_ok(v, value_type)
                                                for k, v in value.items())
     if annotation is type(None):
         return value is None
     return isinstance(value, base)
-
-
-def _describe(annotation, meta) -> str:
-    origin = typing.get_origin(annotation) or annotation
-    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-             list: "a list of strings", dict: "a table of strings"}
-    text = names.get(origin, getattr(origin, "__name__", str(origin)))
-    if meta.get("min") is not None and meta.get("max") is not None:
-        text += f" in [{meta['min']}, {meta['max']}]"
-    elif meta.get("min") is not None:
-        text += f" >= {meta['min']}"
-    elif meta.get("max") is not None:
-        text += f" <= {meta['max']}"
-    if meta.get("choices") is not None:
-        text += " (one of " + ", ".join(map(repr, meta["choices"])) + ")"
-    return text

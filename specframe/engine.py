@@ -20,7 +20,7 @@ import numpy as np
 from specframe.config import Config, load_config
 from specframe.drafting import NO_DRAFT, ChainEntry, Drafter, DrafterChain, DrafterEnv, DrafterStats
 from specframe.drafting.pass_cost import PassCost, PassCostStore
-from specframe.errors import SpecframeError
+from specframe.errors import ParamError, SpecframeError
 from specframe.llama import Context, ContextFullError, Model, default_threads, library_prefix
 from specframe.models import resolve_model
 from specframe.paths import cache_dir
@@ -209,9 +209,11 @@ class Engine:
             try:
                 drafter = kind.cls(drafter_cfg.params, env)
                 self._entries[drafter_cfg.name] = ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats())
+            except ParamError as exc:
+                raise self.config.drafter_error(drafter_cfg, exc) from None
             except SpecframeError:
                 raise
-            except Exception as exc:  # a third-party drafter that cannot start is reported, not fatal
+            except (Exception, SystemExit) as exc:  # a third-party drafter that cannot start is reported, not fatal
                 log.warning("drafter '%s' (plugin %s) could not be created and is left out: %s: %s",
                             drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
                 self._entries[drafter_cfg.name] = None
@@ -234,8 +236,11 @@ class Engine:
             raise ContextFullError(f"the prompt has {prompt.size} tokens, more than fit in n_ctx={n_ctx} "
                                    "(raise [target] n_ctx)")
         stats = RequestStats(n_prompt_tokens=int(prompt.size))
-        history = np.empty(prompt.size + max_tokens + 1, dtype=np.int32)   # committed tokens, append-only
+        # Committed tokens, append-only; the context ends generation after n_ctx + 1 - prompt tokens at most.
+        history = np.empty(prompt.size + min(max_tokens, n_ctx) + 1, dtype=np.int32)
         history[:prompt.size] = prompt
+        drafters_view = history.view()      # what drafters see: read-only, so none can corrupt the others' input
+        drafters_view.flags.writeable = False
         n_history = prompt.size
         generated: list[int] = []
         margins: list[float] | None = [] if track_margins else None
@@ -248,19 +253,20 @@ class Engine:
             for entry in chain.entries:
                 entry.stats = DrafterStats()
 
-        start = time.perf_counter()
-        ctx.clear()
-        if prompt.size > 1:  # the last prompt token is fed with the first draft, so the first step speculates
-            ctx.decode(prompt[:-1], 0)
-        n_past = prompt.size - 1
-        if chain is not None:
-            if self.pass_cost is not None:
-                self._ensure_pass_cost(n_past, min(n_max_config + 1, n_ctx - n_past))
-            # Drafters sample (and give their distributions) only where rejection sampling will use them.
-            chain.begin(prompt, None if sampler.greedy or acceptance == "match" else sampler.params)
-        stats.prompt_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        try:
+        prompt_start, generation_start = time.perf_counter(), None
+        try:   # an interrupt during the prompt ends the request like one during generation
+            ctx.clear()
+            if prompt.size > 1:  # the last prompt token is fed with the first draft, so the first step speculates
+                ctx.decode(prompt[:-1], 0)
+            n_past = prompt.size - 1
+            if chain is not None:
+                if self.pass_cost is not None:
+                    self._ensure_pass_cost(n_past, min(n_max_config + 1, n_ctx - n_past))
+                # Drafters sample (and give their distributions) only where rejection sampling will use them.
+                chain.begin(drafters_view[:prompt.size],
+                            None if sampler.greedy or acceptance == "match" else sampler.params)
+            generation_start = time.perf_counter()
+            stats.prompt_seconds = generation_start - prompt_start
             while stop_reason is None:
                 if chain is not None and self.pass_cost is not None and self.pass_cost.stale:
                     calibration_start = time.perf_counter()
@@ -268,7 +274,7 @@ class Engine:
                     stats.calibration_seconds += time.perf_counter() - calibration_start
                 last = history[n_history - 1]
                 n_max = min(n_max_config, max_tokens - len(generated) - 1, n_ctx - n_past - 1)
-                draft = chain.draft(history[:n_history], n_max) if chain is not None else NO_DRAFT
+                draft = chain.draft(drafters_view[:n_history], n_max) if chain is not None else NO_DRAFT
                 if n_past + 1 + len(draft) > n_ctx:
                     stop_reason = "context_full"
                     break
@@ -314,7 +320,10 @@ class Engine:
         except ContextFullError:
             stop_reason = "context_full"
         finally:
-            stats.generation_seconds = time.perf_counter() - start - stats.calibration_seconds
+            if generation_start is None:
+                stats.prompt_seconds = time.perf_counter() - prompt_start
+            else:
+                stats.generation_seconds = time.perf_counter() - generation_start - stats.calibration_seconds
             stats.n_generated = len(generated)
             if chain is not None:
                 stats.drafters = chain.stats()
@@ -369,10 +378,26 @@ class Engine:
         self.pass_cost.calibrate(run_pass, sizes)
 
     def close(self) -> None:
-        self._new_chain([e for e in self._entries.values() if e is not None]).close()
+        """Save what drafters persist, free everything, then raise the saves that failed: a run that loses what
+        it learned must not end as if it succeeded."""
+        entries = [e for e in self._entries.values() if e is not None]
+        failures = [failure for entry in entries if (failure := self._save(entry))]
+        self._new_chain(entries).close()
         self._entries.clear()
         self.context.close()
         self.model.close()
+        if failures:
+            raise SpecframeError("; ".join(failures))
+
+    @staticmethod
+    def _save(entry: ChainEntry) -> str | None:
+        """Why the drafter could not save what it persists, or None when it saved (or has nothing to save)."""
+        try:
+            entry.drafter.save()
+        except (Exception, SystemExit) as exc:
+            reason = str(exc) if isinstance(exc, SpecframeError) else f"{type(exc).__name__}: {exc}"
+            return f"drafter '{entry.label}' (plugin {entry.plugin}) could not save what it learned: {reason}"
+        return None
 
     def __enter__(self) -> "Engine":
         return self

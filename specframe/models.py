@@ -18,6 +18,7 @@ import zipfile
 from dataclasses import dataclass
 
 from specframe.errors import ModelError
+from specframe.files import file_problem
 from specframe.paths import models_dir
 
 
@@ -71,11 +72,6 @@ CATALOG: dict[str, CatalogModel] = {m.name: m for m in (
 )}
 
 
-def is_model_reference(value: str, base_dir: pathlib.Path) -> bool:
-    """True for a catalog name or an existing file (relative paths from ``base_dir``)."""
-    return value in CATALOG or (base_dir / os.path.expanduser(value)).is_file()
-
-
 def resolve_model(spec: str, base_dir: pathlib.Path | None = None, fetch: bool = True) -> pathlib.Path:
     """A catalog name (fetched into the cache when missing) or a path to a GGUF file -> the local file."""
     if spec in CATALOG:
@@ -86,8 +82,9 @@ def resolve_model(spec: str, base_dir: pathlib.Path | None = None, fetch: bool =
             pull(model)
         return model.path
     path = (base_dir or pathlib.Path.cwd()) / os.path.expanduser(spec)
-    if not path.is_file():
-        raise ModelError(f"model file not found: {path} (expected a GGUF file or one of: {', '.join(CATALOG)})")
+    problem = file_problem(path)
+    if problem:
+        raise ModelError(f"model file {path}: {problem} (expected a GGUF file or one of: {', '.join(CATALOG)})")
     return path.resolve()
 
 

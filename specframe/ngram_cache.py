@@ -14,7 +14,9 @@ File format (version 1, little-endian), designed to be read with bounds checks a
     ...     4 K           number of following tokens of each n-gram (uint32, > 0, summing to P)
     ...     8 P           pairs: int32 token (>= 0), int32 count (> 0), grouped by n-gram in n-gram order
 
-A file whose length, counts or checksum disagree with its header is refused with a message naming it.
+A file whose length, counts or checksum disagree with its header is refused with a message naming it. Counts
+saturate at the int32 limit instead of overflowing. Files are written atomically; ``add_to_file`` updates one
+under a lock, so processes that add to the same file at once all count.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from specframe.errors import SpecframeError
+from specframe.files import atomic_write, locked
 
 MAGIC = b"SFNGRAM\0"
 VERSION = 1
 NGRAM_MAX = 4
+COUNT_MAX = 2**31 - 1   # counts are int32 in files: they saturate here
 _HEADER = struct.Struct("<8sIIQQII")
 
 
@@ -59,13 +63,23 @@ class NgramCache:
                 if part is None:
                     table[key] = {tokens[i]: 1}
                 else:
-                    part[tokens[i]] = part.get(tokens[i], 0) + 1
+                    part[tokens[i]] = min(part.get(tokens[i], 0) + 1, COUNT_MAX)
 
     def merge(self, other: "NgramCache") -> None:
         for key, part in other.table.items():
             mine = self.table.setdefault(key, {})
             for token, count in part.items():
-                mine[token] = mine.get(token, 0) + count
+                mine[token] = min(mine.get(token, 0) + count, COUNT_MAX)
+
+    def cap(self, max_ngrams: int) -> None:
+        """Past ``max_ngrams`` n-grams, keep the most observed three quarters of that (the first seen among
+        equals), so that a cache that keeps learning stays bounded without pruning at every update."""
+        if len(self.table) <= max_ngrams:
+            return
+        table = self.table
+        ranked = sorted(table, key=lambda key: sum(table[key].values()), reverse=True)
+        keep = set(ranked[:max_ngrams * 3 // 4])
+        self.table = {key: part for key, part in table.items() if key in keep}
 
     def stats(self) -> dict:
         sizes = np.bincount([len(k) for k in self.table], minlength=NGRAM_MAX + 1)[1:]
@@ -76,7 +90,7 @@ class NgramCache:
     # --- files ----------------------------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write atomically (a temporary file renamed into place)."""
+        """Write atomically (a temporary file of its own renamed into place)."""
         keys = np.full((len(self.table), NGRAM_MAX), -1, dtype="<i4")
         lengths = np.empty(len(self.table), dtype="<u4")
         pairs = []
@@ -86,10 +100,17 @@ class NgramCache:
             pairs.extend(item for pair in part.items() for item in pair)
         body = keys.tobytes() + lengths.tobytes() + np.asarray(pairs, dtype="<i4").tobytes()
         header = _HEADER.pack(MAGIC, VERSION, NGRAM_MAX, len(self.table), len(pairs) // 2, zlib.crc32(body), 0)
-        tmp = f"{os.fspath(path)}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(header + body)
-        os.replace(tmp, path)
+        atomic_write(path, header + body)
+
+    def add_to_file(self, path: str | os.PathLike, max_ngrams: int | None = None) -> None:
+        """Add these counts to the cache file at ``path`` (created when missing), capped at ``max_ngrams``,
+        holding its lock: another process adding to it at the same time loses nothing."""
+        with locked(path):
+            total = NgramCache.load(path) if os.path.exists(path) else NgramCache()
+            total.merge(self)
+            if max_ngrams is not None:
+                total.cap(max_ngrams)
+            total.save(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "NgramCache":

@@ -14,6 +14,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import typing
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -22,6 +23,7 @@ import pluggy
 from specframe import hookspecs
 from specframe.drafting.protocol import Drafter
 from specframe.errors import ConfigError
+from specframe.params import describe
 
 log = logging.getLogger("specframe.plugins")
 
@@ -52,12 +54,15 @@ class DrafterType:
     def describe(self) -> dict:
         """The drafter type as ``specframe plugins`` lists it: origin, summary and each config key."""
         params = []
+        hints = typing.get_type_hints(self.cls.Params)
         for f in dataclasses.fields(self.cls.Params):
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             default = (None if required else f.default if f.default is not dataclasses.MISSING
                        else f.default_factory())
+            meta = f.metadata
             params.append({"name": f.name, "type": _type_name(f.type), "default": default, "required": required,
-                           "help": f.metadata.get("help", "")})
+                           "min": meta.get("min"), "max": meta.get("max"), "choices": meta.get("choices"),
+                           "expects": describe(hints[f.name], meta), "help": meta.get("help", "")})
         return {"type": self.name, "plugin": self.plugin, "package": self.package,
                 "uses_model": self.cls.uses_model, "doc": (self.cls.__doc__ or "").strip().split("\n")[0],
                 "parameters": params}
@@ -90,10 +95,10 @@ def load_plugins(modules: Iterable[str] = ()) -> Plugins:
         if pm.get_plugin(name) is not None:
             continue
         try:
-            module = importlib.import_module(name)
-        except Exception as exc:  # any failure of a named module is the config's problem to report
-            raise ConfigError(f"[plugins] modules: cannot import '{name}' ({type(exc).__name__}: {exc})") from None
-        pm.register(module, name=name)
+            pm.register(importlib.import_module(name), name=name)
+        except (Exception, SystemExit) as exc:  # any failure of a named module is the config's to report
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())   # pluggy's messages span lines
+            raise ConfigError(f"cannot load plugin module '{name}' ({reason})") from None
         top = name.split(".")[0]
         packages[name] = ", ".join(importlib.metadata.packages_distributions().get(top, [])) or top
     return Plugins(pm, packages)
@@ -111,7 +116,7 @@ def _load_entry_points(pm: pluggy.PluginManager, packages: dict[str, str]) -> No
         try:
             pm.register(ep.load(), name=ep.name)
             packages[ep.name] = dist
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:   # a plugin's sys.exit() must not end the run silently
             log.warning("plugin '%s' from package %s failed to load and is skipped: %s: %s",
                         ep.name, dist, type(exc).__name__, exc)
     for missing in sorted((wanted or set()) - seen):
@@ -137,7 +142,7 @@ def drafter_types(plugins: Plugins) -> dict[str, DrafterType]:
 
         try:
             impl.function(register=register)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             log.warning("plugin '%s' failed in register_drafters and is skipped: %s: %s",
                         plugin, type(exc).__name__, exc)
     return types

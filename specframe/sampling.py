@@ -18,17 +18,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specframe.params import param
+from specframe.params import INT32_MAX, param
 
 ACCEPTANCE_MODES = ("rejection", "match")
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = param(0.0, min=0.0, help="0 = greedy")
-    top_k: int = param(40, min=0, help="0 = whole vocabulary")
+    temperature: float = param(0.0, min=0.0, max=100.0, help="0 = greedy")
+    top_k: int = param(40, min=0, max=INT32_MAX, help="0 = whole vocabulary")
     top_p: float = param(0.95, min=0.0, max=1.0)
-    seed: int = param(0, min=0)
+    seed: int = param(0, min=0, max=2**64 - 1)
 
     @property
     def greedy(self) -> bool:

@@ -96,7 +96,7 @@ def test_static_cache_drafts_when_context_is_silent_and_dynamic_is_saved(tmp_pat
     d.begin(h(1, 10, 11))
     assert d.draft(h(1, 10, 11), 8).tokens.tolist() == [12, 10, 11, 12]
     d.draft(h(1, 10, 11, 12, 40, 41), 8)
-    d.close()
+    d.save()
     saved = NgramCache.load(dynamic)
     assert saved.get((12,)) == {40: 1} and saved.get((40,)) == {41: 1}
     again = drafter(n_draft=4, dynamic=str(dynamic))

@@ -9,6 +9,10 @@ cache that is confident: the context with lax thresholds (at least {2, 2, 1, 1} 
 weighted by their static count (x 100, or x 1 when the static cache never saw them). Up to ``n_draft`` tokens are
 drafted, each from the history extended by the draft so far.
 
+The dynamic cache holds at most ``max_ngrams`` n-grams (llama.cpp's grows without bound in a long-lived
+process): past it, the least observed are dropped. With ``save_dynamic``, what this process learned is added to
+the file under its lock when the engine closes, so runs that share the file all count.
+
 Deliberate differences from llama.cpp:
 - its speculative wrapper feeds only the tokens new since the last call to the context cache, as a sequence of
   their own, so n-grams that span two calls (most 3- and 4-grams during generation) are never counted; here
@@ -20,15 +24,18 @@ Deliberate differences from llama.cpp:
 from __future__ import annotations
 
 import os
+import pathlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from specframe.drafting import NO_DRAFT, Draft, Drafter
 from specframe.drafting.history import HistoryMirror
+from specframe.errors import ParamError
+from specframe.files import file_problem, output_problem
 from specframe.hookspecs import hookimpl
 from specframe.ngram_cache import NGRAM_MAX, NgramCache
-from specframe.params import param
+from specframe.params import MAX_DRAFT_TOKENS, param
 
 STATIC_SIZE = 2
 LAX = ((2, 2, 1, 1), (66, 50, 50, 50))       # (min observations, min share %) for 1..4-grams
@@ -37,10 +44,13 @@ STRICT = ((4, 3, 2, 2), (75, 66, 66, 66))
 
 @dataclass(frozen=True)
 class NgramCacheParams:
-    n_draft: int = param(8, min=1, help="longest draft")
+    n_draft: int = param(8, min=1, max=MAX_DRAFT_TOKENS, help="longest draft")
     static: str = param("", help="static 2-gram cache file (specframe ngram build), relative to the config")
     dynamic: str = param("", help="dynamic cache file, relative to the config")
-    save_dynamic: bool = param(False, help="write what this run saw into the dynamic file when it ends")
+    save_dynamic: bool = param(False, help="add what this run saw to the dynamic file when it ends")
+    max_ngrams: int = param(1 << 18, min=1024, max=1 << 25,
+                            help="most n-grams the dynamic cache holds (about 330 bytes each, twice that with "
+                                 "save_dynamic); past it, the least observed are dropped to 3/4 of it")
 
 
 class NgramCacheDrafter(Drafter):
@@ -55,8 +65,26 @@ class NgramCacheDrafter(Drafter):
             self.dynamic = NgramCache.load(dynamic_path)
         else:
             self.dynamic = NgramCache()
+        self.dynamic.cap(params.max_ngrams)
+        self.learned = NgramCache()   # what this process saw: added to the file by save()
         self.context = NgramCache()
         self._seen = HistoryMirror()
+
+    @classmethod
+    def check_params(cls, params: NgramCacheParams, config_dir: pathlib.Path) -> None:
+        def located(value: str) -> pathlib.Path:
+            return config_dir / os.path.expanduser(value)
+
+        if params.static and (problem := file_problem(located(params.static))):
+            raise ParamError("static", f"{params.static!r}: {problem}")
+        if params.save_dynamic and not params.dynamic:
+            raise ParamError("save_dynamic", "needs a dynamic file to write into; expected dynamic = \"FILE\"")
+        if params.dynamic:   # read when it exists, written with save_dynamic
+            dynamic = located(params.dynamic)
+            problem = (output_problem(dynamic) if params.save_dynamic else
+                       file_problem(dynamic) if os.path.lexists(dynamic) else None)
+            if problem:
+                raise ParamError("dynamic", f"{params.dynamic!r}: {problem}")
 
     def _path(self, value: str) -> str:
         return os.fspath(self.env.path(value)) if self.env is not None else value
@@ -65,8 +93,10 @@ class NgramCacheDrafter(Drafter):
         self._seen.reset()
 
     def _fold_context(self) -> None:
-        """What the last request saw joins the dynamic cache."""
-        self.dynamic.merge(self.context)
+        """What the last request saw joins the dynamic cache (and what is to be saved)."""
+        for cache in (self.dynamic, self.learned) if self.params.save_dynamic else (self.dynamic,):
+            cache.merge(self.context)
+            cache.cap(self.params.max_ngrams)
         self.context = NgramCache()
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
@@ -97,10 +127,11 @@ class NgramCacheDrafter(Drafter):
                 return token
         return _confident(self.static, [static_key], {}, LAX)   # the static cache alone, unweighted
 
-    def close(self) -> None:
+    def save(self) -> None:
         if self.params.save_dynamic and self.params.dynamic:
             self._fold_context()
-            self.dynamic.save(self._path(self.params.dynamic))
+            self.learned.add_to_file(self._path(self.params.dynamic), self.params.max_ngrams)
+            self.learned = NgramCache()
 
 
 def _confident(cache: NgramCache, ngrams: list[tuple], static_part: dict, thresholds) -> int | None:

@@ -34,7 +34,7 @@ import numpy as np
 from specframe.drafting import NO_DRAFT, Draft, Drafter
 from specframe.drafting.history import HistoryMirror
 from specframe.hookspecs import hookimpl
-from specframe.params import param
+from specframe.params import MAX_DRAFT_TOKENS, param
 
 MAX_VALUES = 4          # continuations tracked per key (COMMON_NGRAM_MAX_VALUES)
 MAX_COUNT = 16380       # counters saturate here (COMMON_NGRAM_MAX_VALUE_COUNT)
@@ -42,9 +42,10 @@ MAX_COUNT = 16380       # counters saturate here (COMMON_NGRAM_MAX_VALUE_COUNT)
 
 @dataclass(frozen=True)
 class NgramMapParams:
-    n: int = param(12, min=1, help="key length: the last n tokens")
-    m: int = param(48, min=1, help="continuation (value) length, the longest draft")
-    min_hits: int = param(1, min=1, help="k4v: key hits needed before drafting")
+    n: int = param(12, min=1, max=256, help="key length: the last n tokens (indexed at every position)")
+    m: int = param(48, min=1, max=MAX_DRAFT_TOKENS, help="continuation (value) length, the longest draft")
+    min_hits: int = param(1, min=1, max=MAX_COUNT, help="k4v: key hits needed before drafting (hits saturate at "
+                                                        f"{MAX_COUNT})")
 
 
 @dataclass

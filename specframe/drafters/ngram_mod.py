@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specframe.drafting import NO_DRAFT, Draft, Drafter
+from specframe.errors import ParamError
 from specframe.hookspecs import hookimpl
-from specframe.params import param
+from specframe.params import MAX_DRAFT_TOKENS, param
 
 _MULTIPLIER = 6364136223846793005   # llama.cpp's LCG multiplier; arithmetic modulo 2**64
 _MASK = (1 << 64) - 1
@@ -34,10 +35,14 @@ _LOW_ROUNDS = 5
 
 @dataclass(frozen=True)
 class NgramModParams:
-    n_match: int = param(24, min=1, help="n-gram length hashed to find the next token")
-    n_min: int = param(48, min=0, help="chains shorter than this draft nothing")
-    n_max: int = param(64, min=1, help="longest chain")
-    pool_size: int = param(4 * 1024 * 1024, min=1024, help="slots in the pool (int32 each)")
+    n_match: int = param(24, min=1, max=1024, help="n-gram length hashed to find the next token")
+    n_min: int = param(48, min=0, max=MAX_DRAFT_TOKENS, help="chains shorter than this draft nothing")
+    n_max: int = param(64, min=1, max=MAX_DRAFT_TOKENS, help="longest chain")
+    pool_size: int = param(4 * 1024 * 1024, min=1024, max=1 << 30, help="slots in the pool (int32 each)")
+
+    def __post_init__(self):
+        if self.n_min > self.n_max:
+            raise ValueError(f"n_min = {self.n_min} can never be reached by chains of at most n_max = {self.n_max}")
 
 
 class NgramModDrafter(Drafter):
@@ -46,7 +51,11 @@ class NgramModDrafter(Drafter):
 
     def __init__(self, params: NgramModParams, env):
         super().__init__(params, env)
-        self.pool = np.full(params.pool_size, _EMPTY, dtype=np.int32)
+        try:
+            self.pool = np.full(params.pool_size, _EMPTY, dtype=np.int32)
+        except MemoryError:
+            raise ParamError("pool_size", f"{params.pool_size} slots need {params.pool_size * 4 / 2**30:.1f} GiB, "
+                                          "more than this machine can give; expected a smaller pool") from None
         self.used = 0
         self._added_until = 0       # history positions before this start n-grams already in the pool
         self._drafted = 0           # tokens in the last draft

@@ -19,13 +19,13 @@ import numpy as np
 from specframe.drafting import NO_DRAFT, Draft, Drafter
 from specframe.drafting.history import HistoryMirror
 from specframe.hookspecs import hookimpl
-from specframe.params import param
+from specframe.params import MAX_DRAFT_TOKENS, param
 
 
 @dataclass(frozen=True)
 class NgramSimpleParams:
-    n: int = param(12, min=1, help="pattern length: the last n tokens")
-    m: int = param(48, min=1, help="longest draft")
+    n: int = param(12, min=1, max=256, help="pattern length: the last n tokens (indexed at every position)")
+    m: int = param(48, min=1, max=MAX_DRAFT_TOKENS, help="longest draft")
 
 
 class NgramSimpleDrafter(Drafter):

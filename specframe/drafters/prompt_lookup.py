@@ -16,13 +16,14 @@ import numpy as np
 from specframe.drafting import NO_DRAFT, Draft, Drafter
 from specframe.drafting.history import HistoryMirror
 from specframe.hookspecs import hookimpl
-from specframe.params import param
+from specframe.params import MAX_DRAFT_TOKENS, param
 
 
 @dataclass(frozen=True)
 class PromptLookupParams:
-    max_ngram: int = param(2, min=1, help="longest suffix n-gram to look up")
-    num_pred: int = param(10, min=1, help="tokens to draft after a match")
+    # The index holds every n-gram up to max_ngram at each position: memory grows with its square.
+    max_ngram: int = param(2, min=1, max=32, help="longest suffix n-gram to look up")
+    num_pred: int = param(10, min=1, max=MAX_DRAFT_TOKENS, help="tokens to draft after a match")
 
 
 class PromptLookupDrafter(Drafter):

@@ -69,8 +69,8 @@ class Drafter:
     defaults and types, are the drafter's configuration keys), and implement ``draft``. ``uses_model`` marks
     drafters that run a model: by default the chain puts draftless drafters first, as llama.cpp does.
 
-    ``history`` is every committed token (prompt and generated so far), an append-only int32 array the drafter
-    must not modify. Within a request, each call sees the previous history plus new tokens, so drafters index
+    ``history`` is every committed token (prompt and generated so far), an append-only int32 array, read-only:
+    a drafter that writes into it is set aside. Within a request, each call sees the previous history plus new tokens, so drafters index
     only what is new (O(new tokens) per call) instead of rescanning.
     """
 
@@ -88,6 +88,11 @@ class Drafter:
         self.params = params
         self.env = env
 
+    @classmethod
+    def check_params(cls, params, config_dir: pathlib.Path) -> None:
+        """Refuse, when the config loads, parameters this drafter could not honour (raise ``ParamError``): an
+        output file in a missing folder, say. It runs before any model is loaded, so no work is lost to them."""
+
     def begin(self, prompt: np.ndarray) -> None:
         """A new request starts with ``prompt``: reset per-request state."""
 
@@ -97,6 +102,10 @@ class Drafter:
 
     def accept(self, n_accepted: int) -> None:
         """The target accepted the first ``n_accepted`` tokens of this drafter's last draft."""
+
+    def save(self) -> None:
+        """Write what the drafter keeps across runs (called once, when the engine closes). A failure is raised:
+        the run then ends with an error instead of losing what it learned."""
 
     def close(self) -> None:
         """Free resources (contexts, files) held by the drafter."""

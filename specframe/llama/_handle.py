@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specframe.errors import SpecframeError
+from specframe.llama._native import raise_pending_interrupt
 
 
 class Handle:
@@ -21,6 +22,10 @@ class Handle:
         raise NotImplementedError
 
     def close(self) -> None:
+        self._release()
+        raise_pending_interrupt()
+
+    def _release(self) -> None:
         if self._handle is not None:
             handle, self._handle = self._handle, None
             self._free(handle)
@@ -32,4 +37,4 @@ class Handle:
         self.close()
 
     def __del__(self):
-        self.close()
+        self._release()   # an interrupt during it waits for the next libllama call: it cannot be raised here

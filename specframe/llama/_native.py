@@ -1,4 +1,9 @@
-"""Find and import the compiled binding that build_llama.sh made, and route llama.cpp's log into logging."""
+"""Find and import the compiled binding that build_llama.sh made, and route llama.cpp's log into logging.
+
+A signal that arrives while libllama runs is handled by Python when libllama next calls back into it (its log):
+a KeyboardInterrupt raised there cannot cross the C frames, so it is kept and raised again by
+``raise_pending_interrupt`` once the C call has returned, instead of being lost.
+"""
 
 from __future__ import annotations
 
@@ -59,12 +64,27 @@ def native():
 
 
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_pending_interrupts: list[KeyboardInterrupt] = []
+
+
+def raise_pending_interrupt() -> None:
+    """Raise the KeyboardInterrupt that arrived during the last libllama calls, if one did."""
+    if _pending_interrupts:
+        interrupt = _pending_interrupts[-1]
+        _pending_interrupts.clear()
+        raise interrupt
+
+
+def _keep_interrupt(exception_type, value, traceback):
+    if not issubclass(exception_type, KeyboardInterrupt):
+        raise value   # printed by cffi as an error in a callback, as without this handler
+    _pending_interrupts.append(value)
 
 
 def _install_log_callback(ffi, lib) -> None:
     last_level = [logging.INFO]
 
-    @ffi.def_extern()
+    @ffi.def_extern(onerror=_keep_interrupt)
     def specframe_log_callback(level, text, _user_data):
         # GGML_LOG_LEVEL_CONT continues the previous message at its level.
         python_level = _LEVELS.get(int(level), last_level[0])

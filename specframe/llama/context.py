@@ -8,6 +8,7 @@ import numpy as np
 
 from specframe.errors import SpecframeError
 from specframe.llama._handle import Handle
+from specframe.llama._native import raise_pending_interrupt
 from specframe.llama.model import Model
 
 
@@ -86,6 +87,7 @@ class Context(Handle):
         params.no_perf = True
         handle = self._lib.llama_init_from_model(model.handle, params)
         if handle == self._ffi.NULL:
+            raise_pending_interrupt()
             raise SpecframeError(f"llama.cpp could not create a context of {n_ctx} tokens for {model.path} "
                                  "(out of memory? try a smaller n_ctx)")
         self._handle = handle
@@ -95,6 +97,7 @@ class Context(Handle):
         self.n_vocab: int = model.vocab.n_tokens
         self._batch = Batch(model, self.n_batch)
         model._register_context(self)
+        raise_pending_interrupt()
 
     def decode(self, tokens, start_pos: int, *, all_logits: bool = False) -> np.ndarray:
         """Evaluate ``tokens`` at positions ``start_pos...``; return float32 logits of shape (n_out, n_vocab):
@@ -115,6 +118,7 @@ class Context(Handle):
             chunk = tokens[offset:offset + self.n_batch]
             self._batch.fill(chunk, start_pos + offset, all_logits)
             status = self._lib.llama_decode(handle, self._batch.struct)
+            raise_pending_interrupt()
             if status == 1:
                 raise ContextFullError(f"no room in the KV memory for {len(chunk)} more tokens (n_ctx={self.n_ctx})")
             if status != 0:

@@ -9,8 +9,9 @@ from typing import Sequence
 import numpy as np
 
 from specframe.errors import ModelError
+from specframe.files import file_problem
 from specframe.llama._handle import Handle
-from specframe.llama._native import native
+from specframe.llama._native import native, raise_pending_interrupt
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 
@@ -24,19 +25,22 @@ class Model(Handle):
                  use_extra_bufts: bool = True):
         self._ffi, self._lib = native()
         self.path = os.fspath(path)
-        if not os.path.isfile(self.path):
-            raise ModelError(f"model file not found: {self.path}")
+        problem = file_problem(self.path)
+        if problem:
+            raise ModelError(f"model file {self.path}: {problem}")
         params = self._lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
         params.use_extra_bufts = use_extra_bufts
         handle = self._lib.llama_model_load_from_file(self.path.encode(), params)
         if handle == self._ffi.NULL:
+            raise_pending_interrupt()
             raise ModelError(f"llama.cpp could not load {self.path}: not a GGUF model this build supports "
                              "(run with --verbose to see llama.cpp's reason)")
         self._handle = handle
         self._contexts: weakref.WeakSet = weakref.WeakSet()
         self.vocab = Vocab(self, self._lib.llama_model_get_vocab(handle))
+        raise_pending_interrupt()
 
     def _register_context(self, context) -> None:
         self._contexts.add(context)

@@ -1,0 +1,168 @@
+"""What runs write survives: n-gram cache files shared by processes, saturating counts, failed saves, output paths
+checked before the work, and a dynamic cache that stays bounded in a long-lived engine."""
+
+import multiprocessing
+import os
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from specframe.cli import main
+from specframe.config import load_config
+from specframe.engine import Engine
+from specframe.errors import ConfigError
+from specframe.ngram_cache import COUNT_MAX, NgramCache
+
+PROMPTS = ["one two three one two three one two", "alpha beta gamma alpha beta gamma alpha"]
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.fixture
+def dynamic_config(write_config, target_path):
+    """A config whose ngram-cache learns into ``dynamic.ngc`` beside it."""
+
+    def make(extra: str = "", name: str = "config.toml"):
+        return write_config(f"""
+            [target]
+            model = "{target_path}"
+            n_ctx = 256
+            threads = 1
+            [generation]
+            max_tokens = 16
+            [speculative]
+            adaptive = false
+            [[drafter]]
+            type = "ngram-cache"
+            dynamic = "dynamic.ngc"
+            save_dynamic = true
+            """ + textwrap.dedent(extra), name=name)
+
+    return make
+
+
+def learned(engine: Engine, prompt: str, **options) -> NgramCache:
+    """The n-grams one request on ``engine`` teaches its ngram-cache drafter (what it saw of the history)."""
+    engine.generate(prompt, raw=True, **options)
+    seen = NgramCache()
+    seen.merge(engine.chain().entries[0].drafter.context)
+    return seen
+
+
+def test_two_engines_saving_the_same_dynamic_cache_both_count(dynamic_config):
+    path = dynamic_config()
+    first, second = Engine.from_config(path), Engine.from_config(path)   # both read the file before either saves
+    one, other = learned(first, PROMPTS[0]), learned(second, PROMPTS[1])
+    first.close()
+    second.close()
+    saved = NgramCache.load(path.parent / "dynamic.ngc")
+    assert set(one.table) - set(other.table) and set(other.table) - set(one.table)
+    one.merge(other)
+    assert saved.table == one.table
+    assert [p.name for p in path.parent.iterdir() if "dynamic" in p.name] == ["dynamic.ngc", "dynamic.ngc.lock"]
+
+
+def _add_repeatedly(path: str, token: int, times: int) -> None:
+    cache = NgramCache()
+    cache.update([token, token + 1])
+    for _ in range(times):
+        cache.add_to_file(path)
+
+
+def test_processes_adding_to_one_file_at_once_lose_nothing_and_leave_no_temporary_files(tmp_path):
+    path = str(tmp_path / "shared.ngc")
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_add_repeatedly, args=(path, 10 * i, 25)) for i in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    saved = NgramCache.load(path)
+    assert {key: part for key, part in saved.table.items()} == {(10 * i,): {10 * i + 1: 25} for i in range(3)}
+    assert sorted(os.listdir(tmp_path)) == ["shared.ngc", "shared.ngc.lock"]
+
+
+def test_counts_saturate_at_the_int32_limit_in_memory_merges_and_files(tmp_path):
+    near = NgramCache()
+    near.table[(1, 2)] = {3: COUNT_MAX - 1}
+    near.update([1, 2, 3, 1, 2, 3])
+    assert near.get((1, 2)) == {3: COUNT_MAX}
+    near.save(tmp_path / "a.ngc")
+    near.save(tmp_path / "b.ngc")
+    result = run("ngram", "merge", str(tmp_path / "a.ngc"), str(tmp_path / "b.ngc"), "-o", str(tmp_path / "c.ngc"))
+    assert result.exit_code == 0, result.output
+    assert NgramCache.load(tmp_path / "c.ngc").get((1, 2)) == {3: COUNT_MAX}
+
+
+def test_a_dynamic_cache_in_a_missing_folder_is_refused_when_the_config_loads(dynamic_config, tmp_path):
+    path = dynamic_config().read_text().replace('"dynamic.ngc"', '"no/such/folder/dynamic.ngc"')
+    (tmp_path / "missing.toml").write_text(path)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "missing.toml")
+    assert "drafter[0] (type 'ngram-cache').dynamic: 'no/such/folder/dynamic.ngc': folder " in str(info.value)
+    assert "does not exist" in str(info.value)
+
+
+def test_a_failed_save_ends_the_run_with_an_error_after_the_text(dynamic_config, monkeypatch):
+    def disk_full(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(NgramCache, "save", disk_full)
+    result = run("run", "-c", str(dynamic_config()), "-p", PROMPTS[0], "--raw")
+    assert result.exit_code == 1
+    assert result.stdout.strip() and "stop: max_tokens" in result.stderr
+    assert result.stderr.count("No space left on device") == 1           # reported once, as the error
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "Error: drafter 'ngram-cache' (plugin specframe.drafters.ngram_cache) could not save what it learned")
+
+
+@pytest.mark.parametrize("command", [
+    ["ngram", "build", "CORPUS", "--model", "MODEL", "-o", "/nonexistent/x.ngc"],
+    ["ngram", "merge", "CORPUS", "-o", "/nonexistent/x.ngc"],
+    ["bench", "-c", "CONFIG", "-n", "2", "--json", "/nonexistent/x.json"],
+    ["bench", "-c", "CONFIG", "-n", "2", "--plot", "/nonexistent/x.png"],
+    ["ngram", "build", "CORPUS", "--model", "MODEL", "-o", "FOLDER"],
+])
+def test_output_paths_are_checked_before_the_work(command, tmp_path, target_path, dynamic_config, monkeypatch):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("x = 1\n" * 100)
+    places = {"CORPUS": str(corpus), "MODEL": str(target_path), "CONFIG": str(dynamic_config()),
+              "FOLDER": str(tmp_path)}
+    worked = []
+    monkeypatch.setattr("specframe.llama.model.Model.__init__", lambda *a, **k: worked.append(a) or 1 / 0)
+    monkeypatch.setattr(NgramCache, "load", lambda *a, **k: worked.append(a) or 1 / 0)
+    result = run(*[places.get(part, part) for part in command])
+    assert result.exit_code == 2 and not worked
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: Invalid value for")
+    assert ("folder /nonexistent does not exist" in result.stderr or "is a directory" in result.stderr)
+
+
+def test_the_dynamic_cache_stays_under_its_cap_in_a_long_lived_engine(dynamic_config):
+    path = dynamic_config("max_ngrams = 1024\n")
+    uncapped = NgramCache()
+    with Engine.from_config(path) as engine:
+        drafter = engine.chain().entries[0].drafter
+        sizes = []
+        for i in range(12):
+            uncapped.merge(learned(engine, f"request {i}: " + " ".join(str(i * j) for j in range(40)),
+                                   max_tokens=48))
+            sizes.append(len(drafter.dynamic))
+        assert len(uncapped) > 2 * 1024 and max(sizes) <= 1024 and len(drafter.learned) <= 1024
+    assert len(NgramCache.load(path.parent / "dynamic.ngc")) <= 1024
+    help_text = {p["name"]: p["help"] for p in
+                 engine.plugins.drafter_types()["ngram-cache"].describe()["parameters"]}["max_ngrams"]
+    assert "past it, the least observed are dropped" in help_text
+
+
+def test_examples_write_their_caches_where_git_ignores_them():
+    import pathlib
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    ignored = subprocess.run(["git", "check-ignore", "examples/dynamic.ngc", "examples/corpus.ngc"], cwd=root,
+                             capture_output=True, text=True)
+    assert ignored.stdout.split() == ["examples/dynamic.ngc", "examples/corpus.ngc"]
