@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from specframe.drafting.chain import ARBITRATIONS
 from specframe.errors import ConfigError, ParamError, SpecframeError, printable
 from specframe.files import file_problem, read_text
-from specframe.llama.context import default_threads
 from specframe.models import CATALOG
-from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, describe, param, within_bounds
+from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, describe, param, within_bounds
 from specframe.plugins import DrafterType, Plugins, load_plugins
 from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
 
@@ -29,8 +28,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-# More threads than this only slow llama.cpp down (they spin), and tens of thousands crash its OpenMP runtime.
-MAX_THREADS = 4 * default_threads()
 
 
 @dataclass(frozen=True)

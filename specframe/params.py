@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import field
 
 INT32_MAX = 2**31 - 1          # the largest value of the int32 / uint32 fields of llama.cpp's structs we fill
 MAX_DRAFT_TOKENS = 1024        # the longest draft any setting may ask for: a verify pass holds n_vocab logits each
+# More threads than this only slow llama.cpp down (they spin), and tens of thousands crash its OpenMP runtime.
+MAX_THREADS = 4 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def param(default=dataclasses.MISSING, *, help: str = "", min=None, max=None, choices=None, model: bool = False):

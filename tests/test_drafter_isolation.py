@@ -100,8 +100,6 @@ def test_a_drafter_that_writes_into_the_history_is_set_aside_and_harms_nothing(e
     assert NgramCache.load(tmp_path / "rogue.ngc").table == NgramCache.load(tmp_path / "clean.ngc").table
 
 
-@pytest.mark.xfail(strict=True, reason="the chain's fault isolation (chain.py, being reworked) catches Exception "
-                                       "only: a drafter's SystemExit must be set aside like any other fault")
 def test_a_drafter_raising_system_exit_is_set_aside(engine_with):
     clean = engine_with(None, "clean.ngc")
     rogue = engine_with("exit", "rogue.ngc")

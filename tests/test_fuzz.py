@@ -390,9 +390,6 @@ def test_drafters_returning_arbitrary_objects_never_change_the_output(first, lat
     event(f"set aside: {disabled.split(' ')[0]} {disabled.split(' ')[1]}" if disabled else "kept")
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="chain.py (being reworked) converts draft tokens and probs with np.asarray outside its "
-                          "guard: a ragged list raises ValueError out of the chain instead of setting it aside")
 @pytest.mark.parametrize("ragged", [Draft([[1], 2]), Draft(np.array([1, 2], dtype=np.int32), [[], False])],
                          ids=["tokens", "probs"])
 def test_a_drafter_returning_ragged_lists_is_set_aside(ragged, greedy_engine):

@@ -96,9 +96,7 @@ def numeric_fields(cls):
 
 
 BUILTIN_TYPES = ["prompt-lookup", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
-                 pytest.param("draft-model", marks=pytest.mark.xfail(
-                     strict=True, reason="draft_model.py belongs to the draft-model rewrite: n_max, n_min and "
-                                         "n_ctx still need param(max=...) there"))]
+                 "draft-model"]
 
 
 @pytest.mark.parametrize("kind", BUILTIN_TYPES)

@@ -108,3 +108,15 @@ def test_passes_that_disagree_with_the_table_make_it_stale_and_one_outlier_does_
         cost.observe(16, 0.095)
     assert cost.stale and "16 token" in cost.stale_reason
     assert cost.seconds(16) == pytest.approx(0.2805)        # observations never rewrite the table themselves
+
+
+def test_saving_a_table_deletes_tables_too_old_to_be_used(tmp_path):
+    import os
+
+    stale, fresh = tmp_path / "old-model.json", tmp_path / "other-threads.json"
+    stale.write_text("{}")
+    fresh.write_text("{}")
+    old = time.time() - pass_cost.MAX_AGE_SECONDS - 60
+    os.utime(stale, (old, old))
+    PassCostStore(tmp_path, "key").save(PassCost(seconds(EPYC), measured_at=time.time(), other_load=0.0))
+    assert not stale.exists() and fresh.exists() and (tmp_path / "key.json").exists()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
+import specframe
 import specframe.engine
 from specframe.engine import Engine
 from specframe.sampling import SamplingParams, TokenSampler, verify
@@ -172,3 +173,37 @@ def test_rejection_sampling_is_reproducible_with_a_seed(engine):
     other = engine.generate(PROMPT, raw=True, max_tokens=40, seed=12)
     assert first.tokens == again.tokens != other.tokens
     assert first.stats.n_drafted > 0
+
+
+class BadProbabilities(specframe.Drafter):
+    """Drafts the token the target likes best after the prompt, with a 'distribution' that is not one."""
+
+    name = "bad-probabilities"
+
+    def __init__(self, kind: str, token: int, n_vocab: int):
+        super().__init__(None, None)
+        self.kind, self.token, self.n_vocab = kind, token, n_vocab
+
+    def draft(self, history, n_max):
+        probs = np.zeros((1, self.n_vocab), dtype=np.float32)
+        if self.kind == "nan":
+            probs[:] = np.nan
+        elif self.kind == "all ones":
+            probs[:] = 1.0
+        else:                                   # q = 2 at the drafted token
+            probs[0, self.token] = 2.0
+        return specframe.Draft.of([self.token], probs)
+
+
+@pytest.mark.parametrize("kind", ["nan", "all ones", "q = 2"])
+def test_draft_probabilities_that_are_not_a_distribution_cannot_bias_sampling(engine, exact, kind):
+    favourite = max(exact, key=exact.get)[0]
+    counts = {}
+    for seed in range(2000):
+        drafter = BadProbabilities(kind, favourite, engine.vocab.n_tokens)
+        result = engine.generate(PROMPT, raw=True, max_tokens=LENGTH, seed=seed, acceptance="rejection",
+                                 chain=engine.chain_of({"bad": drafter}))
+        counts[tuple(result.tokens)] = counts.get(tuple(result.tokens), 0) + 1
+    assert "draft probs" in result.stats.drafters["bad"]["disabled"] or \
+        "probability" in result.stats.drafters["bad"]["disabled"]
+    assert goodness_of_fit(counts, exact) > ALPHA, counts

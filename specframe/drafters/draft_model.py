@@ -28,7 +28,7 @@ from specframe.errors import ModelError
 from specframe.hookspecs import hookimpl
 from specframe.llama import Context, Model
 from specframe.llama.quantize import QUANT_TYPES
-from specframe.params import param
+from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, param
 from specframe.requantized import requantized
 from specframe.sampling import TokenSampler
 
@@ -38,18 +38,19 @@ DRAFT_STREAM = 1   # the draft's own random stream (the target samples from stre
 @dataclass(frozen=True)
 class DraftModelParams:
     model: str = param(help="catalog name or GGUF path of the draft model", model=True)
-    n_max: int = param(16, min=1, help="longest draft")
-    n_min: int = param(0, min=0, help="drafts shorter than this are dropped")
+    n_max: int = param(16, min=1, max=MAX_DRAFT_TOKENS, help="longest draft")
+    n_min: int = param(0, min=0, max=MAX_DRAFT_TOKENS, help="drafts shorter than this are dropped")
     p_min: float = param(0.75, min=0.0, max=1.0, help="stop drafting when the top token is less likely")
-    n_ctx: int = param(0, min=0, help="draft context size (0: the target's; twice that with token mapping)")
+    n_ctx: int = param(0, min=0, max=INT32_MAX, help="draft context size (0: the target's; twice that with token mapping)")
     token_mapping: str = param("auto", choices=("auto", "always", "never"),
                                help="draft through text: auto = when the vocabularies are incompatible")
     replace: dict = param({}, help="TARGET = DRAFT text replacements for token mapping, e.g. chat markers")
     quantize: str = param("none", choices=("none", *QUANT_TYPES),
                           help="re-quantize the draft into this type first (made once, cached): on x86 CPUs q4_0 "
                                "and iq4_nl run fastest; the output stays the target's")
-    threads: int = param(0, min=0, help="threads for single-token passes (0: the target's)")
-    threads_batch: int = param(0, min=0, help="threads for passes over several tokens: catching up (0: threads)")
+    threads: int = param(0, min=0, max=MAX_THREADS, help="threads for single-token passes (0: the target's)")
+    threads_batch: int = param(0, min=0, max=MAX_THREADS,
+                               help="threads for passes over several tokens: catching up (0: threads)")
 
 
 class DraftModelDrafter(Drafter):

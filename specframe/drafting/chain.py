@@ -295,9 +295,7 @@ class DrafterChain:
     def _guard(self, entry: ChainEntry, what: str, call, *args):
         try:
             return call(*args)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:     # a plugin's sys.exit() is a fault like any other
             self._disable(entry, f"{what}() raised {type(exc).__name__}: {exc}")
             return None
 
@@ -308,21 +306,49 @@ class DrafterChain:
                         entry.label, entry.plugin, reason)
 
     def _validated(self, entry: ChainEntry, result, n_max: int) -> Draft | None:
-        if not isinstance(result, Draft):
-            self._disable(entry, f"draft() returned {type(result).__name__}, expected a Draft")
+        """The drafter's result as a Draft of at most ``n_max`` tokens, or None after setting the drafter aside."""
+        try:
+            draft = valid_draft(result, self.n_vocab, n_max)
+        except InvalidDraft as exc:
+            self._disable(entry, str(exc))
             return None
+        return draft
+
+
+class InvalidDraft(ValueError):
+    """What a drafter returned cannot be verified."""
+
+
+PROBS_TOLERANCE = 1e-3   # a row of draft probabilities must sum to 1 within this
+
+
+def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
+    """Check what ``draft()`` returned: token ids within the vocabulary and, when given, a draft distribution per
+    token (finite, non-negative, summing to 1, giving its own token a chance). Rejection sampling divides by these
+    probabilities: any other numbers would bias the output silently."""
+    if not isinstance(result, Draft):
+        raise InvalidDraft(f"draft() returned {type(result).__name__}, expected a Draft")
+    try:
         tokens = np.asarray(result.tokens)
-        if tokens.ndim != 1 or (tokens.size and not np.issubdtype(tokens.dtype, np.integer)):
-            self._disable(entry, "draft tokens must be a 1-D array of integer token ids")
-            return None
-        if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= self.n_vocab):
-            self._disable(entry, f"drafted a token id outside the vocabulary [0, {self.n_vocab})")
-            return None
-        probs = result.probs
-        if probs is not None:
-            probs = np.asarray(probs)
-            if probs.shape != (len(tokens), self.n_vocab):
-                self._disable(entry, f"draft probs must have shape ({len(tokens)}, {self.n_vocab}), got {probs.shape}")
-                return None
-            probs = probs[:n_max]
-        return Draft(tokens[:n_max].astype(np.int32, copy=False), probs)
+        probs = None if result.probs is None else np.asarray(result.probs)
+    except (ValueError, TypeError) as exc:
+        raise InvalidDraft(f"draft tokens and probs must be arrays: {exc}") from None
+    if tokens.ndim != 1 or (tokens.size and not np.issubdtype(tokens.dtype, np.integer)):
+        raise InvalidDraft("draft tokens must be a 1-D array of integer token ids")
+    if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= n_vocab):
+        raise InvalidDraft(f"drafted a token id outside the vocabulary [0, {n_vocab})")
+    tokens = tokens[:n_max].astype(np.int32, copy=False)
+    if probs is not None:
+        if probs.shape[:1] != (len(result.tokens),) or probs.shape[1:] != (n_vocab,):
+            raise InvalidDraft(f"draft probs must have shape ({len(result.tokens)}, {n_vocab}), got {probs.shape}")
+        if not np.issubdtype(probs.dtype, np.floating):
+            raise InvalidDraft(f"draft probs must be floating-point, got {probs.dtype}")
+        probs = probs[:n_max]
+        if not np.isfinite(probs).all() or probs.min(initial=0.0) < 0:
+            raise InvalidDraft("draft probs must be finite and non-negative")
+        sums = probs.sum(axis=1, dtype=np.float64)
+        if len(sums) and np.abs(sums - 1).max() > PROBS_TOLERANCE:
+            raise InvalidDraft(f"each row of draft probs must sum to 1, one sums to {sums[np.abs(sums - 1).argmax()]:.6g}")
+        if len(tokens) and (probs[np.arange(len(tokens)), tokens] <= 0).any():
+            raise InvalidDraft("a drafted token has no probability in its own draft distribution")
+    return Draft(tokens, probs)

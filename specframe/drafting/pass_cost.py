@@ -218,6 +218,18 @@ class PassCostStore:
             atomic_write(self.path, cost.to_json().encode())
         except OSError as exc:
             log.warning("could not store the measured pass costs in %s: %s", self.path, exc)
+        self._prune()
+
+    def _prune(self) -> None:
+        """Tables of other models, builds or thread counts that nothing has refreshed for longer than a table
+        lives are of no use: delete them, so the folder does not grow with every model file ever run."""
+        now = time.time()
+        for other in self.path.parent.glob("*.json"):
+            try:
+                if now - other.stat().st_mtime > MAX_AGE_SECONDS:
+                    other.unlink()
+            except OSError:
+                pass
 
     def reset(self) -> None:
         try:
