@@ -377,6 +377,13 @@ class Engine:
 
         self.pass_cost.calibrate(run_pass, sizes)
 
+    def forget_drafters(self) -> None:
+        """Close the drafters without saving what they learned, and forget their estimates: the next request
+        starts them cold, as a new process would (the benchmark runs each request so: a repeat of the same
+        prompt must not draft from the last one's answer)."""
+        self._new_chain([e for e in self._entries.values() if e is not None]).close()
+        self._entries.clear()
+
     def close(self) -> None:
         """Save what drafters persist, free everything, then raise the saves that failed: a run that loses what
         it learned must not end as if it succeeded."""
