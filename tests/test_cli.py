@@ -164,3 +164,23 @@ def test_bench_names_an_unknown_workload(config):
     result = CliRunner().invoke(main, ["bench", "-c", str(config), "-w", "nonsense"])
     assert result.exit_code != 0 and "workload 'nonsense': neither a built-in workload" in result.output
 
+
+
+def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_config, target_path):
+    # One thread: a tiny model's passes last a tenth of a millisecond, and two threads waiting on each other on a
+    # busy 2-core machine make a batch look impossibly dear (the table is then used but not stored).
+    config = write_config(f"""
+        [target]
+        model = "{target_path}"
+        threads = 1
+        """, name="calibrate.toml")
+    first = run("calibrate", "--config", str(config), "--json")
+    assert first.exit_code == 0, first.output
+    table = json.loads(first.stdout)
+    assert set(table["seconds"]) >= {str(n) for n in range(1, 18)} and table["stored"]
+    again = json.loads(run("calibrate", "--config", str(config), "--json").stdout)
+    assert again["measured_at"] == table["measured_at"]          # stored: not measured again
+    reset = json.loads(run("calibrate", "--config", str(config), "--reset", "--json").stdout)
+    assert reset["measured_at"] > table["measured_at"]
+    shown = run("calibrate", "--config", str(config))
+    assert "x single pass" in shown.stdout and "\n    17 " in shown.stdout

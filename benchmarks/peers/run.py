@@ -616,6 +616,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cuda", action="store_true", help="every layer of both models on the GPU, against "
                         "llama.cpp's tools built for CUDA (needs ./build_llama.sh --cuda; no llama-cpp-python: "
                         "the prompt-lookup group is left out)")
+    parser.add_argument("--peers", type=pathlib.Path, metavar="DIR", help="llama.cpp's tools already built in "
+                        "DIR (its bin/ and build-info.txt, as build.sh makes them) instead of building them")
     parser.add_argument("--out", type=pathlib.Path, help="Markdown report (default: benchmarks/RESULTS.md, with "
                         "--cuda benchmarks/RESULTS-cuda.md)")
     args = parser.parse_args()
@@ -630,7 +632,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     started = time.monotonic()
-    peers_dir = build_peers(args.cuda)
+    peers_dir = args.peers or build_peers(args.cuda)
     threads = len(os.sched_getaffinity(0))
     gpu_layers = 99 if args.cuda else 0
     results_json = HERE / ("results-cuda.json" if args.cuda else "results.json")

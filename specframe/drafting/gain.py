@@ -133,7 +133,8 @@ class DrafterRecord:
 
     def _run_estimate(self, run: int) -> Acceptance:
         if run not in self.by_run:
-            prior = 1 - 0.25 / 2 ** run          # 3 in 4 for a fresh draft, likelier as a run goes on
+            prior = 1 - 0.25 / 2 ** max(0, run - 1)   # 3 in 4 for a fresh draft or a short run, likelier as
+                                                      # a run goes on
             self.by_run[run] = Acceptance(hits=prior * PRIOR_WEIGHT, misses=(1 - prior) * PRIOR_WEIGHT)
         return self.by_run[run]
 
