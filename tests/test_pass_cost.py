@@ -98,16 +98,25 @@ def test_a_table_taken_under_load_is_used_but_not_stored(tmp_path):
     assert not store.path.exists()
 
 
-def test_passes_that_disagree_with_the_table_make_it_stale_and_one_outlier_does_not():
+def test_passes_that_disagree_with_the_table_make_it_stale_and_one_slow_outlier_does_not():
     cost = PassCost(seconds(EPYC))
     cost.observe(1, 0.350)                                  # one pass slowed by another process
     for _ in range(pass_cost.DRIFT_WINDOW):
         cost.observe(1, 0.030)
     assert not cost.stale
-    for _ in range(pass_cost.DRIFT_WINDOW):                 # passes of 16 are really three times cheaper
-        cost.observe(16, 0.095)
+    for _ in range(pass_cost.DRIFT_WINDOW):                 # passes of 2 are really twice as dear, five in a row
+        cost.observe(2, 0.120)
+    assert cost.stale and "2 token" in cost.stale_reason
+    assert cost.seconds(2) == pytest.approx(0.0572)         # observations never rewrite the table themselves
+
+
+def test_one_pass_much_faster_than_the_table_proves_it_wrong():
+    """Noise only adds time: a table that says passes of 16 cost three times what one did is too dear."""
+    cost = PassCost(seconds(EPYC))
+    cost.observe(16, 0.250)
+    assert not cost.stale
+    cost.observe(16, 0.095)
     assert cost.stale and "16 token" in cost.stale_reason
-    assert cost.seconds(16) == pytest.approx(0.2805)        # observations never rewrite the table themselves
 
 
 def test_saving_a_table_deletes_tables_too_old_to_be_used(tmp_path):

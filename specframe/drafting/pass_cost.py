@@ -109,17 +109,21 @@ class PassCost:
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         """A pass the engine timed. Observations never change the table (a warm-up pass, or one slowed by another
-        process, must not poison it); they only tell when it has gone stale."""
+        process, must not poison it); they only tell when it has gone stale. Noise only ever adds time, so one
+        pass much faster than the table proves it wrong, while slower ones must be slow five in a row."""
         if n_tokens not in self._seconds or self.stale:
             return
+        expected = self._seconds[n_tokens]
         recent = self._recent.setdefault(n_tokens, deque(maxlen=DRIFT_WINDOW))
         recent.append(seconds)
-        if len(recent) < DRIFT_WINDOW:
+        if seconds * DRIFT < expected:
+            observed = seconds
+        elif len(recent) == DRIFT_WINDOW and statistics.median(recent) > DRIFT * expected:
+            observed = statistics.median(recent)
+        else:
             return
-        ratio = statistics.median(recent) / self._seconds[n_tokens]
-        if not 1 / DRIFT <= ratio <= DRIFT:
-            self.stale_reason = (f"passes of {n_tokens} token(s) take {statistics.median(recent) * 1e3:.1f} ms, "
-                                 f"the table says {self._seconds[n_tokens] * 1e3:.1f} ms")
+        self.stale_reason = (f"passes of {n_tokens} token(s) take {observed * 1e3:.1f} ms, the table says "
+                             f"{expected * 1e3:.1f} ms")
 
     # --- calibration -----------------------------------------------------------------------------------------
 
