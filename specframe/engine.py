@@ -1,145 +1,79 @@
-"""The decoding loop: prefill -> {draft -> verify -> accept -> roll back KV -> feed back -> emit}.
+"""The decoding loop: prefill -> {draft -> verify -> accept -> roll back KV -> feed back -> emit}, over one or
+several sequences at once.
 
-The engine knows drafters only through the drafter chain (the drafter protocol). Each step decodes
-``[last, d1..dk]`` in one target batch with logits at every position; the target's own choice at each position
-decides, so the output is the target's whatever the drafts are (DESIGN.md §3).
+The engine knows drafters only through the drafter chain (the drafter protocol). Each step is one target pass:
+every generating sequence adds ``[last, d1..dk]`` with logits at every position, sequences still reading their
+prompt add a chunk of it; the target's own choice at each position decides, so the output is the target's
+whatever the drafts are (DESIGN.md §3), and each sequence is verified and rolled back on its own. ``generate``
+and ``stream`` run one request as one sequence; a server (specframe.serve) steps one sequence per slot.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import pathlib
 import time
-from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Iterator, Sequence as Sequence_
 
 import numpy as np
 
+from specframe.calibration import Calibration
 from specframe.config import Config, load_config
-from specframe.drafting import NO_DRAFT, ChainEntry, Drafter, DrafterChain, DrafterEnv, DrafterStats
+from specframe.drafting import NO_DRAFT, Drafter, DrafterChain, DrafterEnv
+from specframe.drafting.configured import ConfiguredDrafters
+from specframe.drafting.gain import PassShare
 from specframe.drafting.pass_cost import PassCost, PassCostStore
-from specframe.errors import ParamError, SpecframeError
-from specframe.llama import Context, ContextFullError, Model, default_threads, library_prefix
+from specframe.errors import SpecframeError
+from specframe.llama import Context, ContextFullError, Model, Segment, default_threads
 from specframe.models import resolve_model
-from specframe.paths import cache_dir
-from specframe.sampling import ACCEPTANCE_MODES, TokenSampler, top2_margin, verify
-from specframe.text import TextStream
+from specframe.results import Generation, GenerationResult, RequestStats
+from specframe.sampling import ACCEPTANCE_MODES, TokenSampler, verify
+from specframe.sequence import Sequence
+from specframe.trace import Trace
+
+__all__ = ["Engine", "Generation", "GenerationResult", "RequestStats"]
 
 log = logging.getLogger("specframe.engine")
 
 
-@dataclass
-class RequestStats:
-    n_prompt_tokens: int = 0
-    n_generated: int = 0
-    n_drafts: int = 0               # verify steps that carried a draft
-    n_drafted: int = 0
-    n_accepted: int = 0
-    n_target_passes: int = 0        # target forward passes after the prompt
-    prompt_seconds: float = 0.0
-    generation_seconds: float = 0.0  # decoding; a re-measurement of a stale pass-cost table is counted apart
-    calibration_seconds: float = 0.0
-    drafters: dict = field(default_factory=dict)
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Accepted tokens per draft that went to the target."""
-        return self.n_accepted / self.n_drafts if self.n_drafts else 0.0
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return self.n_generated / self.n_target_passes if self.n_target_passes else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.n_generated / self.generation_seconds if self.generation_seconds > 0 else 0.0
-
-    @property
-    def prompt_tokens_per_second(self) -> float:
-        return self.n_prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
-
-    def as_dict(self) -> dict:
-        data = asdict(self)
-        for name in ("acceptance_rate", "mean_accepted_length", "tokens_per_pass", "tokens_per_second",
-                     "prompt_tokens_per_second"):
-            data[name] = getattr(self, name)
-        return data
-
-
-@dataclass
-class GenerationResult:
-    text: str
-    tokens: list[int]
-    n_prompt_tokens: int
-    stop_reason: str   # "eog", "max_tokens", "stop", "context_full" or "interrupted"
-    stats: RequestStats
-    # With track_margins: the top-2 logit gap of the target at each generated token, in the batch that chose it.
-    margins: list[float] | None = None
-    prompt: np.ndarray | None = None   # the prompt's token ids
-    # For each generated token, the target pass that chose it: (position of its first token, number of tokens).
-    passes: list[tuple[int, int]] | None = None
-
-    def as_dict(self) -> dict:
-        data = {"text": self.text, "tokens": self.tokens, "n_prompt_tokens": self.n_prompt_tokens,
-                "stop_reason": self.stop_reason, "stats": self.stats.as_dict()}
-        if self.margins is not None:
-            data["margins"] = self.margins
-        return data
-
-
-class Generation:
-    """A request in progress: iterating yields text as it is accepted; ``result`` is set once it ends."""
-
-    def __init__(self, run: Callable[["Generation"], Iterator[str]]):
-        self.result: GenerationResult | None = None
-        self._steps = run(self)
-
-    def __iter__(self) -> Iterator[str]:
-        return self._steps
-
-    def interrupt(self) -> GenerationResult:
-        """End the request now (e.g. on Ctrl-C); the result holds the text accepted so far."""
-        self._steps.close()
-        return self.result
-
-
 class Engine:
-    """A target model, its context and a drafter chain, ready to answer prompts.
+    """A target model, its context and the configured drafters, ready to answer prompts.
 
     ``Engine.from_config(path)`` builds one from a TOML config; ``generate`` returns a result, ``stream``
     yields text as it is accepted. Close it (or use ``with``) to free the models.
     """
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, slots: int = 1):
         self.config = config
         self.plugins = config.plugins
+        self.slots = slots
         t = config.target
         self.n_threads = t.threads or default_threads()
         self.model = Model(resolve_model(t.model, config.directory), n_gpu_layers=t.n_gpu_layers)
         self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_threads=self.n_threads)
         self.vocab = self.model.vocab
-        self._entries: dict[str, ChainEntry | None] = {}   # configured drafters created so far, by name
-        # The target's measured cost per pass size belongs to the model, the build, the machine and the threads:
-        # it is kept across requests and runs (pass_cost.py says how it is kept trustworthy).
-        self.pass_cost_store = PassCostStore(cache_dir() / "pass-cost", self._cost_key())
-        self.pass_cost = PassCost() if config.speculative.adaptive else None
-
-    def _cost_key(self) -> str:
-        t, path = self.config.target, pathlib.Path(self.model.path)
-        stat = path.stat()
-        identity = (f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{self.n_threads}:{t.n_batch}:"
-                    f"{t.n_gpu_layers}:{library_prefix()}")
-        return hashlib.sha256(identity.encode()).hexdigest()[:16]
+        self.calibration = Calibration(self.context, Calibration.identity(self.model.path, self.n_threads,
+                                                                          t.n_batch, t.n_gpu_layers),
+                                       config.speculative.adaptive)
+        env = DrafterEnv(target=self.model, n_ctx=self.context.n_ctx, n_threads=self.n_threads,
+                         n_gpu_layers=t.n_gpu_layers, config_dir=config.directory,
+                         resolve_model=lambda spec: resolve_model(spec, config.directory))
+        self.drafters = ConfiguredDrafters(config, env, self.vocab.n_tokens, slots)
+        self.drafters.cost = self.calibration.cost
+        self._kept: list[np.ndarray] = [np.empty(0, dtype=np.int32)] * slots   # each sequence's tokens in KV
 
     @classmethod
     def from_config(cls, path: str | os.PathLike) -> "Engine":
         return cls(load_config(path))
+
+    @property
+    def pass_cost(self) -> PassCost | None:
+        return self.calibration.cost
+
+    @property
+    def pass_cost_store(self) -> PassCostStore:
+        return self.calibration.store
 
     # --- requests -------------------------------------------------------------------------------------------
 
@@ -151,264 +85,209 @@ class Engine:
             text = self.model.apply_chat_template(messages + [("user", prompt)])
         return self.vocab.tokenize(text, add_special=True, parse_special=True)
 
-    def generate(self, prompt: str | Sequence[int], **options) -> GenerationResult:
+    def generate(self, prompt: str | Sequence_[int], **options) -> GenerationResult:
         generation = self.stream(prompt, **options)
         for _ in generation:
             pass
         return generation.result
 
-    def stream(self, prompt: str | Sequence[int], *, max_tokens: int | None = None,
-               temperature: float | None = None, seed: int | None = None, speculative: bool = True,
-               raw: bool = False, stop: Sequence[str] | None = None, track_margins: bool = False,
-               drafters: Sequence[str] | None = None, acceptance: str | None = None,
-               chain: DrafterChain | None = None) -> Generation:
-        """Start a request. ``prompt`` is text (chat-templated unless ``raw``) or token ids (used as they are).
-        ``drafters`` names the configured drafters to use for this request, in their chain order (default: all),
-        or ``chain`` gives drafters made elsewhere (``chain_of``); ``acceptance`` overrides [speculative]
-        acceptance ("rejection" or "match") when sampling."""
-        gen_cfg = self.config.generation
-        sampling = self.config.sampling
-        if temperature is not None:
-            sampling = replace(sampling, temperature=temperature)
-        if seed is not None:
-            sampling = replace(sampling, seed=seed)
+    def stream(self, prompt: str | Sequence_[int], *, raw: bool = False, track_margins: bool = False,
+               **options) -> Generation:
+        """Start a request. ``prompt`` is text (chat-templated unless ``raw``) or token ids (used as they are);
+        ``track_margins`` records a Trace (margins and passes) in the result; other options as ``start``."""
         tokens = (self.prompt_tokens(prompt, raw) if isinstance(prompt, str)
                   else np.asarray(prompt, dtype=np.int32))
-        if tokens.size == 0:
+        sequence = self.start(tokens, trace=Trace() if track_margins else None, **options)
+        return Generation(lambda generation: self._run(generation, sequence))
+
+    def start(self, prompt: np.ndarray, *, slot: int = 0, reuse: bool = False, max_tokens: int | None = None,
+              temperature: float | None = None, top_p: float | None = None, seed: int | None = None,
+              speculative: bool = True, stop: Sequence_[str] | None = None, drafters: Sequence_[str] | None = None,
+              acceptance: str | None = None, chain: DrafterChain | None = None,
+              trace: Trace | None = None) -> Sequence:
+        """A new request on sequence ``slot``, to be stepped. With ``reuse``, the prompt's longest prefix that this
+        slot's memory still holds from its last request is kept, not evaluated again. ``drafters`` names the
+        configured drafters to use for this request, in their chain order (default: all), or ``chain`` gives
+        drafters made elsewhere (``chain_of``); ``acceptance`` overrides [speculative] acceptance ("rejection"
+        or "match") when sampling."""
+        if prompt.size == 0:
             raise SpecframeError("the prompt is empty")
-        acceptance = acceptance or self.config.speculative.acceptance
-        if acceptance not in ACCEPTANCE_MODES:
-            raise SpecframeError(f"acceptance {acceptance!r}: expected one of {', '.join(ACCEPTANCE_MODES)}")
-        if chain is None and speculative and self.config.speculative.enabled:
-            chain = self.chain(drafters)
-        stops = list(gen_cfg.stop if stop is None else stop)
-        return Generation(lambda generation: self._run(generation, tokens, max_tokens or gen_cfg.max_tokens,
-                                                       TokenSampler(sampling), acceptance, chain, stops,
-                                                       track_margins))
-
-    def chain(self, names: Sequence[str] | None = None) -> DrafterChain | None:
-        """The configured drafters (or those named) in priority order. Each is created on first use and kept:
-        a plain run never loads a draft model, and a request for one drafter creates only that one."""
-        if names is not None:
-            unknown = set(names) - {d.name for d in self.config.drafters}
-            if unknown:
-                raise SpecframeError(f"no drafter named {', '.join(sorted(unknown))} in {self.config.path}")
-        types = self.plugins.drafter_types()
-        entries = [self._entry(d, types) for d in self.config.ordered_drafters(types)
-                   if names is None or d.name in names]
-        entries = [e for e in entries if e is not None]
-        return self._new_chain(entries) if entries else None
-
-    def _entry(self, drafter_cfg, types) -> ChainEntry | None:
-        """The chain entry of a configured drafter, created once; None when a third-party drafter cannot start."""
-        if drafter_cfg.name not in self._entries:
-            kind = types[drafter_cfg.type]
-            env = DrafterEnv(target=self.model, n_ctx=self.context.n_ctx, n_threads=self.n_threads,
-                             n_gpu_layers=self.config.target.n_gpu_layers, config_dir=self.config.directory,
-                             resolve_model=lambda spec: resolve_model(spec, self.config.directory))
-            try:
-                drafter = kind.cls(drafter_cfg.params, env)
-                self._entries[drafter_cfg.name] = ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats())
-            except ParamError as exc:
-                raise self.config.drafter_error(drafter_cfg, exc) from None
-            except SpecframeError:
-                raise
-            except (Exception, SystemExit) as exc:  # a third-party drafter that cannot start is reported, not fatal
-                log.warning("drafter '%s' (plugin %s) could not be created and is left out: %s: %s",
-                            drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
-                self._entries[drafter_cfg.name] = None
-        return self._entries[drafter_cfg.name]
-
-    def chain_of(self, drafters: dict[str, Drafter], plugin: str = "(not a plugin)") -> DrafterChain:
-        """A chain of drafters made outside the config (the benchmark's oracle), with this engine's settings."""
-        return self._new_chain([ChainEntry(label, drafter, plugin, DrafterStats())
-                                for label, drafter in drafters.items()])
-
-    def _new_chain(self, entries: list[ChainEntry]) -> DrafterChain:
-        return DrafterChain(entries, self.vocab.n_tokens, self.config.speculative.n_min, self.pass_cost,
-                            self.config.speculative.arbitration)
-
-    def _run(self, generation: Generation, prompt: np.ndarray, max_tokens: int, sampler: TokenSampler,
-             acceptance: str, chain: DrafterChain | None, stops: list[str], track_margins: bool) -> Iterator[str]:
-        ctx, vocab = self.context, self.vocab
-        n_ctx = ctx.n_ctx
+        n_ctx = self.context.n_ctx
         if prompt.size >= n_ctx:
             raise ContextFullError(f"the prompt has {prompt.size} tokens, more than fit in n_ctx={n_ctx} "
                                    "(raise [target] n_ctx)")
-        stats = RequestStats(n_prompt_tokens=int(prompt.size))
-        # Committed tokens, append-only; the context ends generation after n_ctx + 1 - prompt tokens at most.
-        history = np.empty(prompt.size + min(max_tokens, n_ctx) + 1, dtype=np.int32)
-        history[:prompt.size] = prompt
-        drafters_view = history.view()      # what drafters see: read-only, so none can corrupt the others' input
-        drafters_view.flags.writeable = False
-        n_history = prompt.size
-        generated: list[int] = []
-        margins: list[float] | None = [] if track_margins else None
-        passes: list[tuple[int, int]] = []
-        text = TextStream(stops)
-        pieces: list[str] = []
-        stop_reason = None
-        n_max_config = self.config.speculative.n_max
-        if chain is not None:
-            for entry in chain.entries:
-                entry.stats = DrafterStats()
+        acceptance = acceptance or self.config.speculative.acceptance
+        if acceptance not in ACCEPTANCE_MODES:
+            raise SpecframeError(f"acceptance {acceptance!r}: expected one of {', '.join(ACCEPTANCE_MODES)}")
+        sampling = self.config.sampling
+        overrides = {"temperature": temperature, "top_p": top_p, "seed": seed}
+        sampling = replace(sampling, **{k: v for k, v in overrides.items() if v is not None})
+        if chain is None and speculative and self.config.speculative.enabled:
+            chain = self.drafters.chain(drafters, slot)
+        cached = self.cached_prefix(slot, prompt) if reuse else 0
+        self.context.truncate(cached, slot)
+        self._kept[slot] = prompt[:cached]
+        sequence = Sequence(seq=slot, prompt=prompt, cached=cached,
+                            max_tokens=max_tokens or self.config.generation.max_tokens, n_ctx=n_ctx,
+                            sampler=TokenSampler(sampling), acceptance=acceptance, chain=chain,
+                            stops=list(self.config.generation.stop if stop is None else stop), trace=trace,
+                            vocab=self.vocab)
+        return sequence
 
-        prompt_start, generation_start = time.perf_counter(), None
+    def cached_prefix(self, slot: int, prompt: np.ndarray) -> int:
+        """How many leading tokens of ``prompt`` sequence ``slot`` holds in memory (never the whole prompt: its
+        last token is fed with the first draft)."""
+        kept = self._kept[slot]
+        if self.context.positions(slot) != len(kept):   # someone else used the context: trust nothing
+            return 0
+        n = min(len(kept), prompt.size - 1)
+        differ = np.flatnonzero(kept[:n] != prompt[:n])
+        return int(differ[0]) if differ.size else n
+
+    def finish(self, sequence: Sequence, reason: str | None = None) -> GenerationResult:
+        """End a request; its slot keeps the tokens in memory for the next request's prompt (``reuse``)."""
+        self._kept[sequence.seq] = sequence.history[:sequence.n_past].copy()
+        return sequence.finish(reason)
+
+    def _run(self, generation: Generation, sequence: Sequence) -> Iterator[str]:
         try:   # an interrupt during the prompt ends the request like one during generation
-            ctx.clear()
-            if prompt.size > 1:  # the last prompt token is fed with the first draft, so the first step speculates
-                ctx.decode(prompt[:-1], 0)
-            n_past = prompt.size - 1
-            if chain is not None:
-                if self.pass_cost is not None:
-                    self._ensure_pass_cost(n_past, min(n_max_config + 1, n_ctx - n_past))
-                # Drafters sample (and give their distributions) only where rejection sampling will use them.
-                chain.begin(drafters_view[:prompt.size],
-                            None if sampler.greedy or acceptance == "match" else sampler.params)
-            generation_start = time.perf_counter()
-            stats.prompt_seconds = generation_start - prompt_start
-            while stop_reason is None:
-                if chain is not None and self.pass_cost is not None and self.pass_cost.stale:
-                    calibration_start = time.perf_counter()
-                    self._ensure_pass_cost(n_past, min(n_max_config + 1, n_ctx - n_past))
-                    stats.calibration_seconds += time.perf_counter() - calibration_start
-                last = history[n_history - 1]
-                n_max = min(n_max_config, max_tokens - len(generated) - 1, n_ctx - n_past - 1)
-                draft = chain.draft(drafters_view[:n_history], n_max) if chain is not None else NO_DRAFT
-                if n_past + 1 + len(draft) > n_ctx:
-                    stop_reason = "context_full"
-                    break
-                batch = np.concatenate(([last], draft.tokens)).astype(np.int32, copy=False)
-                pass_start = time.perf_counter()
-                logits = ctx.decode(batch, n_past, all_logits=True)
-                if self.pass_cost is not None:
-                    self.pass_cost.observe(len(batch), time.perf_counter() - pass_start)
-                stats.n_target_passes += 1
-                n_accepted, emitted = verify(logits, draft.tokens, draft.probs, sampler, acceptance)
-                if n_accepted < len(draft):
-                    ctx.truncate(n_past + n_accepted + 1)
-                n_past += n_accepted + 1
-                if len(draft):
-                    stats.n_drafts += 1
-                    stats.n_drafted += len(draft)
-                    stats.n_accepted += n_accepted
-                if chain is not None:
-                    chain.accept(n_accepted, emitted)
-                step_margins = top2_margin(logits[:len(emitted)]) if margins is not None else None
-                for i, token in enumerate(emitted):
-                    if vocab.is_eog(token):
-                        stop_reason = "eog"
-                        break
-                    history[n_history] = token
-                    n_history += 1
-                    generated.append(token)
-                    passes.append((n_past - n_accepted - 1, len(batch)))
-                    if margins is not None:
-                        margins.append(float(step_margins[i]))
-                    piece = text.push(vocab.piece(token))
-                    if piece:
-                        pieces.append(piece)
-                        yield piece
-                    if text.stopped:
-                        stop_reason = "stop"
-                    elif len(generated) >= max_tokens:
-                        stop_reason = "max_tokens"
-                    if stop_reason:
-                        break
+            while sequence.stop_reason is None:
+                self.step([sequence])
+                yield from sequence.take_text()
         except (KeyboardInterrupt, GeneratorExit):
-            stop_reason = "interrupted"
+            sequence.stop_reason = sequence.stop_reason or "interrupted"
         except ContextFullError:
-            stop_reason = "context_full"
+            sequence.stop_reason = "context_full"
         finally:
-            if generation_start is None:
-                stats.prompt_seconds = time.perf_counter() - prompt_start
-            else:
-                stats.generation_seconds = time.perf_counter() - generation_start - stats.calibration_seconds
-            stats.n_generated = len(generated)
-            if chain is not None:
-                stats.drafters = chain.stats()
-            tail = text.finish()
-            pieces.append(tail)
-            if stop_reason == "context_full":
-                log.warning("the context is full (n_ctx=%d): generation stopped; raise [target] n_ctx", n_ctx)
-            generation.result = GenerationResult("".join(pieces), generated, int(prompt.size), stop_reason,
-                                                 stats, margins, prompt, passes)
-        if tail and stop_reason != "interrupted":
-            yield tail
+            generation.result = self.finish(sequence)
+            if sequence.stop_reason == "context_full":
+                log.warning("the context is full (n_ctx=%d): generation stopped; raise [target] n_ctx",
+                            self.context.n_ctx)
+        if sequence.stop_reason != "interrupted":
+            yield from sequence.take_text()    # what the end released
+
+    # --- one step --------------------------------------------------------------------------------------------
+
+    def step(self, sequences: list[Sequence]) -> None:
+        """One target pass over every sequence that has not stopped: drafts verified for those generating, a
+        chunk of the prompt for those still reading it (within n_batch tokens in all)."""
+        ctx, n_ctx = self.context, self.context.n_ctx
+        for s in sequences:
+            if s.stop_reason is None and not s.generating and s.prompt_pending == 0:
+                self._begin(s)
+        generating = [s for s in sequences if s.generating]
+        reading = [s for s in sequences if s.stop_reason is None and not s.generating]
+        cost = self.calibration.cost
+        if cost is not None and cost.stale and any(s.chain is not None for s in generating):
+            self._measure_again(generating)
+        # The batch: each generating sequence's last token and draft, then prompt chunks. Prompts get what drafts
+        # at their longest leave, and at least half the room, so that no prompt waits for long generations.
+        room = ctx.n_batch - len(generating)
+        n_max = self.config.speculative.n_max
+        pending = sum(s.prompt_pending for s in reading)
+        prompt_room = min(pending, max(room - len(generating) * n_max, room // 2))
+        draft_room = room - prompt_room
+        segments, drafts = [], []
+        share = PassShare(tokens=prompt_room + len(generating) - 1, expected=len(generating) - 1.0)
+        for s in generating:
+            draft = NO_DRAFT
+            if s.chain is not None:
+                draft = s.chain.draft(s.history, min(s.n_max(n_max, n_ctx), draft_room), share)
+                draft_room -= len(draft)
+                share = PassShare(share.tokens + len(draft), share.expected + s.chain.expected - 1.0)
+            if s.n_past + 1 + len(draft) > n_ctx:
+                s.stop_reason = "context_full"
+                continue
+            tokens = np.concatenate(([s.last], draft.tokens)).astype(np.int32, copy=False)
+            segments.append(Segment(s.seq, tokens, s.n_past, len(tokens)))
+            drafts.append((s, draft))
+        chunks = []
+        for s in reading:
+            n = min(s.prompt_pending, prompt_room)
+            if n:
+                segments.append(Segment(s.seq, s.prompt[s.n_past:s.n_past + n], s.n_past, 0))
+                chunks.append((s, n))
+                prompt_room -= n
+        if not segments:
+            return
+        pass_start = time.perf_counter()
+        logits = ctx.decode_batch(segments)
+        if cost is not None:
+            cost.observe(sum(len(segment.tokens) for segment in segments), time.perf_counter() - pass_start)
+        for (s, draft), rows in zip(drafts, logits):
+            self._verify(s, draft, rows)
+        for s, n in chunks:
+            s.n_past += n
+
+    def _verify(self, s: Sequence, draft, logits: np.ndarray) -> None:
+        stats = s.stats
+        stats.n_target_passes += 1
+        n_accepted, emitted = verify(logits, draft.tokens, draft.probs, s.sampler, s.acceptance)
+        if n_accepted < len(draft):
+            self.context.truncate(s.n_past + n_accepted + 1, s.seq)
+        if len(draft):
+            stats.n_drafts += 1
+            stats.n_drafted += len(draft)
+            stats.n_accepted += n_accepted
+        if s.chain is not None:
+            s.chain.accept(n_accepted, emitted)
+        s.commit(emitted, logits, len(draft) + 1)
+
+    def _begin(self, s: Sequence) -> None:
+        """The prompt is in: drafters see it, and generation starts."""
+        if s.chain is not None:
+            if self.calibration.cost is not None:
+                self.calibration.ensure(self._pass_sizes(s.n_past), s.seq, s.n_past)
+            # Drafters sample (and give their distributions) only where rejection sampling will use them.
+            s.chain.begin(s.history, None if s.sampler.greedy or s.acceptance == "match" else s.sampler.params)
+        s.start_generating()
+
+    def _pass_sizes(self, n_past: int) -> list[int]:
+        room = min(self.context.n_batch, self.context.n_ctx - n_past)
+        return Calibration.sizes(self.config.speculative.n_max, self.slots, room)
+
+    def _measure_again(self, generating: list[Sequence]) -> None:
+        """The table went stale: measure it again on the first sequence's memory; the time is not decoding's."""
+        first = generating[0]
+        start = time.perf_counter()
+        self.calibration.ensure(self._pass_sizes(first.n_past), first.seq, first.n_past)
+        for s in generating:
+            s.stats.calibration_seconds += time.perf_counter() - start
+
+    # --- drafters and the pass-cost table --------------------------------------------------------------------
+
+    def chain(self, names: Sequence_[str] | None = None) -> DrafterChain | None:
+        """The configured drafters (or those named) in priority order, as a request on the first slot uses them."""
+        return self.drafters.chain(names)
+
+    def chain_of(self, drafters: dict[str, Drafter], plugin: str = "(not a plugin)") -> DrafterChain:
+        """A chain of drafters made outside the config (the benchmark's oracle), with this engine's settings."""
+        return self.drafters.chain_of(drafters, plugin)
 
     def calibrate(self, reset: bool = False) -> PassCost:
         """Measure the pass-cost table now (``reset``: even when a stored one is still good) and store it."""
-        if reset:
-            self.pass_cost_store.reset()
-        self.pass_cost = self.pass_cost or PassCost()
-        if reset:
-            self.pass_cost.stale_reason = "asked to measure again"
-        self.context.clear()
-        self._ensure_pass_cost(0, self.config.speculative.n_max + 1)
-        return self.pass_cost
-
-    def _ensure_pass_cost(self, n_past: int, largest: int) -> None:
-        """Have a trustworthy cost for every pass size up to ``largest``: the table in hand, else the stored one,
-        else measured now (once per model, build, machine and threads; see pass_cost.py)."""
-        sizes = range(1, largest + 1)
-        cost = self.pass_cost
-        if cost.covers(sizes) and not cost.stale:
-            return
-        with self.pass_cost_store.locked():   # another process starting at the same time measures once
-            stored = None if cost.stale else self.pass_cost_store.load()
-            if stored is not None and stored.covers(sizes):
-                cost.__init__(stored.measured, measured_at=stored.measured_at, other_load=stored.other_load)
-                return
-            if cost.stale:
-                log.info("measuring the pass costs again: %s", cost.stale_reason)
-            self._measure_pass_cost(n_past, sizes)
-            self.pass_cost_store.save(cost)
-
-    def _measure_pass_cost(self, n_past: int, sizes: range) -> None:
-        ctx = self.context
-        filler = np.full(len(sizes), self.vocab.bos if self.vocab.bos >= 0 else 0, dtype=np.int32)
-
-        def run_pass(n: int) -> float:
-            start = time.perf_counter()
-            ctx.decode(filler[:n], n_past, all_logits=True)
-            seconds = time.perf_counter() - start
-            ctx.truncate(n_past)
-            return seconds
-
-        self.pass_cost.calibrate(run_pass, sizes)
+        cost = self.calibration.calibrate(self._pass_sizes(0), reset)
+        self.drafters.cost = cost
+        self._kept = [np.empty(0, dtype=np.int32)] * self.slots
+        return cost
 
     def forget_drafters(self) -> None:
         """Close the drafters without saving what they learned, and forget their estimates: the next request
         starts them cold, as a new process would (the benchmark runs each request so: a repeat of the same
         prompt must not draft from the last one's answer)."""
-        self._new_chain([e for e in self._entries.values() if e is not None]).close()
-        self._entries.clear()
+        self.drafters.forget()
 
     def close(self) -> None:
         """Save what drafters persist, free everything, then raise the saves that failed: a run that loses what
         it learned must not end as if it succeeded."""
-        entries = [e for e in self._entries.values() if e is not None]
-        failures = [failure for entry in entries if (failure := self._save(entry))]
-        self._new_chain(entries).close()
-        self._entries.clear()
+        failures = self.drafters.close()
         self.context.close()
         self.model.close()
         if failures:
             raise SpecframeError("; ".join(failures))
-
-    @staticmethod
-    def _save(entry: ChainEntry) -> str | None:
-        """Why the drafter could not save what it persists, or None when it saved (or has nothing to save)."""
-        try:
-            entry.drafter.save()
-        except (Exception, SystemExit) as exc:
-            reason = str(exc) if isinstance(exc, SpecframeError) else f"{type(exc).__name__}: {exc}"
-            return f"drafter '{entry.label}' (plugin {entry.plugin}) could not save what it learned: {reason}"
-        return None
 
     def __enter__(self) -> "Engine":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specframe.engine import GenerationResult
+from specframe.results import GenerationResult
 
 if TYPE_CHECKING:
     from specframe.engine import Engine
@@ -62,7 +62,8 @@ class LosslessVerdict:
 def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Engine | None" = None,
             tie: float = NEAR_TIE) -> LosslessVerdict:
     """Compare a greedy speculative run with a plain greedy run made with ``track_margins=True``. With the
-    ``engine`` that made them, a divergence that is no near-tie is replayed (see the module's doc)."""
+    ``engine`` that made them, a divergence that is no near-tie is replayed (see the module's doc) when the
+    speculative run was traced too."""
     if plain.margins is None:
         raise ValueError("the plain run needs track_margins=True")
     n = min(len(plain.tokens), len(speculative.tokens))
@@ -70,7 +71,8 @@ def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Eng
     if diverged is None:
         return LosslessVerdict(n, None, None, tie)
     margin = plain.margins[diverged]
-    replayed = margin >= tie and engine is not None and _replay_chooses(engine, speculative, diverged)
+    replayed = (margin >= tie and engine is not None and speculative.passes is not None
+                and _replay_chooses(engine, speculative, diverged))
     return LosslessVerdict(n, diverged, margin, tie, replayed)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specframe.engine import GenerationResult
+from specframe.results import GenerationResult
 
 _DRAFTER_COLUMNS = ("#calls", "#gen drafts", "#acc drafts", "#gen tokens", "#acc tokens", "#held back",
                     "dur(b,g,a) ms")

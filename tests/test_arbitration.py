@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
-from specframe.drafting.gain import PROBE_EVERY, PROBE_LENGTH, Acceptance, CallCost, best_cut, expected_tokens
+from specframe.drafting.gain import (PROBE_EVERY, PROBE_LENGTH, Acceptance, CallCost, PassShare, best_cut,
+                                     expected_tokens, plain_rate)
 from specframe.drafting.pass_cost import PassCost
 
 RNG = np.random.default_rng(0)
@@ -174,3 +175,13 @@ def test_a_table_that_holds_every_draft_back_is_tested_by_a_probe():
         chain.accept(len(draft), REFERENCE[n:n + len(draft) + 1])
         n += len(draft) + 1
     assert max(sizes) > 0
+
+
+def test_a_draft_is_weighed_by_the_whole_pass_it_shares():
+    p = np.full(16, 0.5)
+    assert best_cut(p, XEON, share=PassShare()) == best_cut(p, XEON)
+    assert best_cut(p, XEON)[1] > 1.1 * plain_rate(XEON)             # alone, a short draft pays
+    beside_three = PassShare(tokens=3, expected=3.0)                 # three sequences verifying only their last token
+    k, rate = best_cut(p, XEON, share=beside_three)
+    assert rate < plain_rate(XEON, beside_three)                     # it would slow them down more than it brings
+    assert best_cut(np.full(16, 0.9), XEON, share=beside_three)[0] < best_cut(np.full(16, 0.9), XEON)[0]

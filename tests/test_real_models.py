@@ -51,7 +51,7 @@ def qwen(tmp_path_factory):
 @pytest.mark.parametrize("prompt", [CODE_EDIT, CODE_GEN], ids=["code-editing", "code-generation"])
 def test_qwen_pair_speculative_greedy_matches_plain_up_to_near_ties(qwen, prompt):
     plain = qwen.generate(prompt, speculative=False, max_tokens=96, track_margins=True)
-    spec = qwen.generate(prompt, max_tokens=96)
+    spec = qwen.generate(prompt, max_tokens=96, track_margins=True)
     verdict = compare(plain, spec, qwen)
     assert verdict.ok, str(verdict)
     assert spec.stats.n_accepted > 0 and spec.stats.tokens_per_pass > 1.5
@@ -89,7 +89,7 @@ def test_a_draft_of_another_family_drafts_for_qwen_through_token_mapping(config,
     with Engine.from_config(with_fixed_lengths(REPO / config, tmp_path)) as engine:
         for prompt in (CODE_EDIT, CODE_GEN):
             plain = engine.generate(prompt, speculative=False, max_tokens=64, track_margins=True)
-            spec = engine.generate(prompt, max_tokens=64)
+            spec = engine.generate(prompt, max_tokens=64, track_margins=True)
             verdict = compare(plain, spec, engine)
             assert verdict.ok, str(verdict)
             drafter = spec.stats.drafters["draft-model"]
@@ -117,7 +117,7 @@ def test_smollm_stops_at_end_of_generation_and_drafts_repetition(write_config):
         assert engine.vocab.eos not in short.tokens
         plain = engine.generate("Repeat exactly: alpha beta gamma delta", max_tokens=80, speculative=False,
                                 track_margins=True)
-        spec = engine.generate("Repeat exactly: alpha beta gamma delta", max_tokens=80)
+        spec = engine.generate("Repeat exactly: alpha beta gamma delta", max_tokens=80, track_margins=True)
         assert compare(plain, spec, engine).ok
         assert spec.stats.n_accepted > 0 and spec.stats.tokens_per_pass > 1.5, spec.stats.as_dict()
 
@@ -131,12 +131,12 @@ def test_every_ngram_drafter_is_accepted_on_a_code_editing_prompt(tmp_path):
     with Engine.from_config(with_fixed_lengths(REPO / "examples/all-draftless.toml", tmp_path)) as engine:
         plain = engine.generate(prompt, speculative=False, max_tokens=160, track_margins=True)
         for name in NGRAM_FAMILY:
-            result = engine.generate(prompt, max_tokens=160, drafters=[name])
+            result = engine.generate(prompt, max_tokens=160, drafters=[name], track_margins=True)
             stats = result.stats
             assert stats.n_drafts >= 2 and stats.acceptance_rate >= 0.5, (name, stats.as_dict())
             assert stats.drafters[name]["accepted_tokens"] == stats.n_accepted
             verdict = compare(plain, result, engine)
             assert verdict.ok, f"{name}: {verdict}"
-        chain = engine.generate(prompt, max_tokens=160)
+        chain = engine.generate(prompt, max_tokens=160, track_margins=True)
         assert set(chain.stats.drafters) == set(NGRAM_FAMILY) | {"prompt-lookup"}
         assert compare(plain, chain, engine).ok

@@ -43,10 +43,10 @@ main(args, prog_name="specframe")
 '''
 
 STAGES = {
-    "load": "specframe.llama._native:log.isEnabledFor:1",     # inside libllama's callback, as the model loads
-    "prompt": "specframe.llama.context:Context.decode:1",     # the prefill
-    "generation": "specframe.llama.context:Context.decode:6",
-    "save": "os:fsync:1",                                      # the dynamic cache is being written
+    "load": "specframe.llama._native:log.isEnabledFor:1",          # inside libllama's callback, as the model loads
+    "prompt": "specframe.llama.context:Context.decode_batch:1",     # the prefill
+    "generation": "specframe.llama.context:Context.decode_batch:6",
+    "save": "os:fsync:1",                                           # the dynamic cache is being written
 }
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 

@@ -15,9 +15,10 @@ import numpy as np
 from specframe.bench.oracle import OracleDrafter
 from specframe.bench.workloads import Workload
 from specframe.config import Config
-from specframe.engine import Engine, GenerationResult
+from specframe.engine import Engine
 from specframe.errors import SpecframeError
 from specframe.lossless import compare
+from specframe.results import GenerationResult
 
 PLAIN, CHAIN, ORACLE = "plain", "chain", "oracle"
 
@@ -148,9 +149,9 @@ def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
     process's peak memory during it (MiB)."""
     engine.forget_drafters()
     _reset_peak_rss()
-    options = dict(max_tokens=max_tokens, temperature=0.0)
+    options = dict(max_tokens=max_tokens, temperature=0.0, track_margins=True)   # traced for the lossless check
     if name == PLAIN:
-        result = engine.generate(prompt, speculative=False, track_margins=True, **options)
+        result = engine.generate(prompt, speculative=False, **options)
     elif name == ORACLE:
         drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]))
         result = engine.generate(prompt, chain=engine.chain_of({ORACLE: drafter}), **options)

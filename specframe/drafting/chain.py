@@ -12,6 +12,10 @@ Two rules pick the draft (``[speculative] arbitration``):
 - ``"priority"``: llama.cpp's rule. Drafters are asked in order and the first non-empty draft wins; only the
   winner hears ``accept``. With a pass-cost model each drafter is asked for the length its estimate makes pay.
 
+In a pass shared by several sequences (a server's slots), rates are the whole pass's (gain.PassShare): a draft
+must pay for what it adds to everyone's pass, and the margin a draft must beat plain decoding by is that of its
+own sequence's tokens.
+
 Each step every draft that was made is scored against the tokens the target emitted, and each drafter hears
 ``accept`` with how many of its draft's tokens the target confirmed, so the estimates learn from every step.
 
@@ -28,7 +32,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from specframe.drafting.gain import PROBE, PROBE_LENGTH, Acceptance, DrafterRecord, best_cut, expected_tokens
+from specframe.drafting.gain import (ALONE, PROBE, PROBE_LENGTH, Acceptance, DrafterRecord, PassShare, best_cut,
+                                     expected_tokens, plain_rate)
 from specframe.drafting.pass_cost import PassCost
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter
 from specframe.drafting.support import ContextSupport
@@ -100,6 +105,8 @@ class DrafterChain:
         self._agreed_support = 0                      # and the context support of its first token
         self._steps_without_verifying = 0
         self._cost_probe_every = 16
+        self._share = ALONE
+        self.expected = 1.0     # tokens the last step's pass is expected to yield for this sequence
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """A request starts: each drafter learns how it is sampled (``Drafter.sampling``) and sees the prompt."""
@@ -112,9 +119,10 @@ class DrafterChain:
             self._guard(entry, "begin", entry.drafter.begin, prompt)
             entry.stats.begin_ms += (time.perf_counter() - start) * 1e3
 
-    def draft(self, history: np.ndarray, n_max: int) -> Draft:
-        """The draft to verify next (at most ``n_max`` tokens), or NO_DRAFT."""
-        self._candidates, self._chosen = [], None
+    def draft(self, history: np.ndarray, n_max: int, share: PassShare = ALONE) -> Draft:
+        """The draft to verify next (at most ``n_max`` tokens), or NO_DRAFT; ``share`` is what the rest of the
+        pass that verifies it holds. ``expected`` is then the tokens it is expected to yield, with the pass's own."""
+        self._candidates, self._chosen, self._share, self.expected = [], None, share, 1.0
         if n_max < self.n_min:
             return NO_DRAFT
         self.support.update(history)
@@ -125,6 +133,7 @@ class DrafterChain:
         if chosen is None:
             return NO_DRAFT
         self._chosen = chosen
+        self.expected = 1.0 + chosen.entry.record.trust * (float(expected_tokens(chosen.p)[-1]) - 1.0)
         chosen.entry.stats.wins += 1
         chosen.entry.stats.drafted_tokens += len(chosen.draft)
         return chosen.draft
@@ -166,7 +175,7 @@ class DrafterChain:
         """Ask a drafter whose drafting costs time only when its draft is expected to beat ``to_beat`` tokens per
         second, or as a probe (gain.DrafterRecord.decide)."""
         record, cost = entry.record, self.cost
-        length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust)
+        length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust, self._share)
         decision = record.decide(prospect > to_beat, record.costly(cost.seconds(1), entry.drafter.uses_model))
         if decision is None:
             entry.stats.held_back += 1
@@ -195,7 +204,7 @@ class DrafterChain:
             return None
         candidate, rate, k = best
         if cost is not None:
-            if rate > plain * (1 + MARGIN):
+            if rate > plain * (1 + MARGIN / (self._share.expected + 1)):   # MARGIN of this sequence's tokens
                 self._steps_without_verifying = 0
             else:
                 k = self._cost_probe(candidate, rate / plain)
@@ -204,8 +213,9 @@ class DrafterChain:
         return self._cut(candidate, k)
 
     def _plain_rate(self) -> float:
-        """Tokens per second of plain decoding (0 without a cost model: then any draft beats it)."""
-        return 1.0 / self.cost.seconds(1) if self.cost is not None else 0.0
+        """Tokens per second of the pass without a draft of this sequence (0 without a cost model: then any draft
+        beats it)."""
+        return plain_rate(self.cost, self._share) if self.cost is not None else 0.0
 
     def _best(self) -> tuple[_Candidate, float, int] | None:
         """The candidate with the best rate (the most expected tokens without a cost model), its rate and cut."""
@@ -213,7 +223,8 @@ class DrafterChain:
         best = None
         for candidate in self._candidates:
             if self.cost is not None:
-                k, rate = best_cut(candidate.p, self.cost, n_min=self.n_min, trust=candidate.entry.record.trust)
+                k, rate = best_cut(candidate.p, self.cost, n_min=self.n_min, trust=candidate.entry.record.trust,
+                                   share=self._share)
             else:
                 k, rate = len(candidate.p), float(expected_tokens(candidate.p)[-1])
             if best is None or rate > best[1]:

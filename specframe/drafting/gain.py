@@ -13,6 +13,12 @@ long stretch of the same context is likelier). Each estimate starts from a weak 
 the drafter's record soon outweighs it. Every step, each draft that was made is scored against the tokens the
 target emitted, whether or not it was the draft verified, so the estimates of all drafters learn from every step
 at no cost.
+
+A pass may verify several sequences' drafts at once (a server's slots). Its cost then depends on all the tokens in
+it, so a sequence's draft is weighed by the rate of the whole pass (``PassShare``): the tokens the rest of the pass
+is expected to yield plus this draft's, over the seconds of a pass over all of its tokens. Sequences choose in
+turn, each seeing what those before it chose: a draft is worth its tokens only while it does not slow the others
+down by more than it brings. A pass over one sequence shares nothing, and the rate is that sequence's own.
 """
 
 from __future__ import annotations
@@ -35,6 +41,18 @@ CAUTION = 1.0         # first-token estimates are taken this many standard error
 CALIBRATION_PRIOR = 4.0  # tokens of agreement between estimates and outcomes a drafter's trust starts with
 PRIOR_WEIGHT = 2.0     # an estimate starts as worth this many observations of its prior:
 CHEAP_SHARE = 0.02      # a drafter whose calls cost less than this share of a single pass is asked every step
+
+
+@dataclass(frozen=True)
+class PassShare:
+    """The rest of the pass a draft would be verified in: the tokens other sequences (and prompt chunks) put in
+    it, and the tokens those are expected to yield."""
+
+    tokens: int = 0
+    expected: float = 0.0
+
+
+ALONE = PassShare()
 
 
 @dataclass
@@ -198,19 +216,24 @@ def expected_tokens(p: np.ndarray) -> np.ndarray:
     return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(p))))
 
 
+def plain_rate(cost: PassCost, share: PassShare = ALONE) -> float:
+    """Tokens per second of the pass when this sequence adds no draft (plain decoding's, alone)."""
+    return (share.expected + 1.0) / cost.seconds(share.tokens + 1)
+
+
 def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_min: int = 1,
-             trust: float = 1.0) -> tuple[int, float]:
+             trust: float = 1.0, share: PassShare = ALONE) -> tuple[int, float]:
     """The length k in [n_min, len(p)] with the most expected tokens per second, and that rate ((0, 0.0) when the
     draft is shorter than n_min). ``drafting`` adds the cost of drafting k tokens still to be paid (a drafter not
-    asked yet); ``trust`` scales the drafted tokens expected (a drafter's calibration). Compare the rate with
-    ``1 / cost.seconds(1)``, plain decoding's."""
+    asked yet); ``trust`` scales the drafted tokens expected (a drafter's calibration); ``share`` is the rest of
+    the pass. Compare the rate with ``plain_rate``."""
     n_min = max(1, n_min)
     if len(p) < n_min:
         return 0, 0.0
     lengths = np.arange(n_min, len(p) + 1)
-    seconds = np.array([cost.seconds(1 + k) for k in lengths])
+    seconds = np.array([cost.seconds(share.tokens + 1 + k) for k in lengths])
     if drafting is not None:
         seconds += [drafting.seconds(k) for k in lengths]
-    rates = (1 + trust * (expected_tokens(p)[n_min:] - 1)) / seconds
+    rates = (share.expected + 1 + trust * (expected_tokens(p)[n_min:] - 1)) / seconds
     best = int(np.argmax(rates))
     return int(lengths[best]), float(rates[best])

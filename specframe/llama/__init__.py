@@ -1,7 +1,7 @@
 """The only package that touches libllama: a cffi binding and Pythonic wrappers around it."""
 
 from specframe.llama._native import LlamaLibraryError, library_prefix, native
-from specframe.llama.context import Batch, Context, ContextFullError, DecodeError, default_threads
+from specframe.llama.context import Batch, Context, ContextFullError, DecodeError, Segment, default_threads
 from specframe.llama.model import Model, Vocab
 
 
@@ -15,6 +15,6 @@ def supports_gpu_offload() -> bool:
 
 
 __all__ = [
-    "Batch", "Context", "ContextFullError", "DecodeError", "LlamaLibraryError", "Model", "Vocab",
+    "Batch", "Context", "ContextFullError", "DecodeError", "LlamaLibraryError", "Model", "Segment", "Vocab",
     "default_threads", "library_prefix", "native", "supports_gpu_offload", "system_info",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,8 +28,19 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Tokens of one sequence in a batch, at positions ``start_pos...``; logits are wanted for the last
+    ``n_logits`` of them (0: none, as for a prompt chunk; all of them to verify a draft)."""
+
+    seq: int
+    tokens: np.ndarray
+    start_pos: int
+    n_logits: int
+
+
 class Batch:
-    """A llama_batch for one sequence whose token, position and output arrays are numpy views."""
+    """A llama_batch whose token, position, sequence and output arrays are numpy views (one sequence per token)."""
 
     def __init__(self, model: Model, capacity: int):
         self._ffi, self._lib = model._ffi, model._lib
@@ -39,16 +51,28 @@ class Batch:
         self.positions = np.frombuffer(ffi.buffer(b.pos, 4 * capacity), dtype=np.int32)
         self.outputs = np.frombuffer(ffi.buffer(b.logits, capacity), dtype=np.int8)
         np.frombuffer(ffi.buffer(b.n_seq_id, 4 * capacity), dtype=np.int32)[:] = 1
+        # Each token's sequence id lives in an array of its own; point them all into one numpy array instead (the
+        # originals are put back before llama_batch_free frees them).
+        self.seqs = np.zeros(capacity, dtype=np.int32)
+        seqs = ffi.from_buffer("llama_seq_id[]", self.seqs)
+        self._own_seq_ids = [b.seq_id[i] for i in range(capacity)]
         for i in range(capacity):
-            b.seq_id[i][0] = 0
+            b.seq_id[i] = seqs + i
+        self._seqs_buffer = seqs
 
-    def fill(self, tokens: np.ndarray, start_pos: int, all_outputs: bool) -> None:
-        n = len(tokens)
-        self.tokens[:n] = tokens
-        self.positions[:n] = np.arange(start_pos, start_pos + n, dtype=np.int32)
-        self.outputs[:n] = 1 if all_outputs else 0
-        self.outputs[n - 1] = 1
+    def fill(self, segments: list[Segment]) -> int:
+        """Lay the segments out one after another; return the number of tokens."""
+        n = 0
+        for s in segments:
+            end = n + len(s.tokens)
+            self.tokens[n:end] = s.tokens
+            self.positions[n:end] = np.arange(s.start_pos, s.start_pos + len(s.tokens), dtype=np.int32)
+            self.seqs[n:end] = s.seq
+            self.outputs[n:end] = 0
+            self.outputs[end - s.n_logits:end] = 1
+            n = end
         self._batch.n_tokens = n
+        return n
 
     @property
     def struct(self):
@@ -56,24 +80,27 @@ class Batch:
 
     def close(self) -> None:
         if self._batch is not None:
-            self.tokens = self.positions = self.outputs = None
+            for i, own in enumerate(self._own_seq_ids):
+                self._batch.seq_id[i] = own
+            self.tokens = self.positions = self.outputs = self.seqs = self._seqs_buffer = None
             self._lib.llama_batch_free(self._batch)
             self._batch = None
 
 
 class Context(Handle):
-    """Evaluation state of a model over one token sequence (sequence 0).
+    """Evaluation state of a model over token sequences (0, 1, ...), each of up to ``n_ctx`` tokens.
 
-    ``decode`` feeds tokens at explicit positions and returns their logits as a numpy view into llama.cpp's
-    buffer (valid until the next decode); ``truncate`` drops KV entries, which is how rejected drafts are undone.
+    ``decode`` feeds one sequence's tokens at explicit positions and ``decode_batch`` several sequences' in one
+    pass; both return logits as numpy views into llama.cpp's buffer (valid until the next decode). ``truncate``
+    drops a sequence's KV entries from a position on, which is how rejected drafts are undone.
     """
 
     _what = "context"
 
     def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None):
-        """``n_threads`` evaluate single tokens; ``n_threads_batch`` (default: the same) every batch of more than
-        one token, as llama.cpp uses them."""
+        """``n_threads`` evaluate single tokens, ``n_threads_batch`` (default: the
+        same) every batch of more than one token, as llama.cpp uses them."""
         self._ffi, self._lib = model._ffi, model._lib
         self.model = model
         threads = n_threads or default_threads()
@@ -92,6 +119,7 @@ class Context(Handle):
                                  "(out of memory? try a smaller n_ctx)")
         self._handle = handle
         self._memory = self._lib.llama_get_memory(handle)
+        self.n_seq_max = 1
         self.n_ctx: int = self._lib.llama_n_ctx(handle)
         self.n_batch: int = self._lib.llama_n_batch(handle)
         self.n_vocab: int = model.vocab.n_tokens
@@ -99,47 +127,70 @@ class Context(Handle):
         model._register_context(self)
         raise_pending_interrupt()
 
-    def decode(self, tokens, start_pos: int, *, all_logits: bool = False) -> np.ndarray:
-        """Evaluate ``tokens`` at positions ``start_pos...``; return float32 logits of shape (n_out, n_vocab):
-        one row per token when ``all_logits``, else the last token's row only. Longer inputs than the batch size
-        are split (then only the last token's logits can be had)."""
+    def decode(self, tokens, start_pos: int, *, all_logits: bool = False, seq: int = 0) -> np.ndarray:
+        """Evaluate ``tokens`` of sequence ``seq`` at positions ``start_pos...``; return float32 logits of shape
+        (n_out, n_vocab): one row per token when ``all_logits``, else the last token's row only. Longer inputs
+        than the batch size are split (then only the last token's logits can be had)."""
         tokens = np.asarray(tokens, dtype=np.int32)
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
-        if int(tokens.min()) < 0 or int(tokens.max()) >= self.n_vocab:
-            raise ValueError(f"token ids must lie in [0, {self.n_vocab})")
-        if start_pos < 0 or start_pos + n > self.n_ctx:
-            raise ContextFullError(f"the context is full: {start_pos + n} tokens do not fit in n_ctx={self.n_ctx}")
         if all_logits and n > self.n_batch:
             raise ValueError(f"logits for every token need at most n_batch={self.n_batch} tokens, got {n}")
-        handle = self.handle
+        self._check_room(start_pos, n)
         for offset in range(0, n, self.n_batch):
             chunk = tokens[offset:offset + self.n_batch]
-            self._batch.fill(chunk, start_pos + offset, all_logits)
-            status = self._lib.llama_decode(handle, self._batch.struct)
-            raise_pending_interrupt()
-            if status == 1:
-                raise ContextFullError(f"no room in the KV memory for {len(chunk)} more tokens (n_ctx={self.n_ctx})")
-            if status != 0:
-                raise DecodeError(f"llama_decode failed with status {status}")
-        n_out = n if all_logits else 1
-        raw = self._lib.llama_get_logits(handle)
-        return np.frombuffer(self._ffi.buffer(raw, 4 * n_out * self.n_vocab), dtype=np.float32).reshape(n_out, self.n_vocab)
+            (logits,) = self.decode_batch([Segment(seq, chunk, start_pos + offset, len(chunk) if all_logits else 1)])
+        return logits
 
-    def truncate(self, n_keep: int) -> None:
-        """Keep the first ``n_keep`` positions of the KV memory and drop everything after them."""
-        if not self._lib.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
+    def decode_batch(self, segments: list[Segment]) -> list[np.ndarray]:
+        """Evaluate every segment in one llama_decode; return each segment's logits, (n_logits, n_vocab)."""
+        n = sum(len(s.tokens) for s in segments)
+        if n > self.n_batch:
+            raise ValueError(f"a batch holds at most n_batch={self.n_batch} tokens, got {n}")
+        for s in segments:
+            if len(s.tokens) == 0:
+                raise ValueError("decode needs at least one token")
+            if int(s.tokens.min()) < 0 or int(s.tokens.max()) >= self.n_vocab:
+                raise ValueError(f"token ids must lie in [0, {self.n_vocab})")
+            if not 0 <= s.seq < self.n_seq_max:
+                raise ValueError(f"sequence {s.seq} is not in [0, {self.n_seq_max})")
+            self._check_room(s.start_pos, len(s.tokens))
+        handle = self.handle
+        self._batch.fill(segments)
+        status = self._lib.llama_decode(handle, self._batch.struct)
+        raise_pending_interrupt()
+        if status == 1:
+            raise ContextFullError(f"no room in the KV memory for {n} more tokens (n_ctx={self.n_ctx})")
+        if status != 0:
+            raise DecodeError(f"llama_decode failed with status {status}")
+        n_out = sum(s.n_logits for s in segments)
+        raw = self._lib.llama_get_logits(handle)
+        rows = np.frombuffer(self._ffi.buffer(raw, 4 * n_out * self.n_vocab), dtype=np.float32)
+        rows = rows.reshape(n_out, self.n_vocab)
+        ends = np.cumsum([s.n_logits for s in segments])
+        return [rows[end - s.n_logits:end] for s, end in zip(segments, ends)]
+
+    def _check_room(self, start_pos: int, n: int) -> None:
+        if start_pos < 0 or start_pos + n > self.n_ctx:
+            raise ContextFullError(f"the context is full: {start_pos + n} tokens do not fit in n_ctx={self.n_ctx}")
+
+    def truncate(self, n_keep: int, seq: int = 0) -> None:
+        """Keep the first ``n_keep`` positions of sequence ``seq`` in the KV memory and drop everything after."""
+        if not self._lib.llama_memory_seq_rm(self._memory, seq, n_keep, -1):
             raise SpecframeError(f"{self.model.path}: this model's memory cannot be rolled back to a position "
                                  "(recurrent models cannot), so it cannot verify drafts")
 
     def clear(self) -> None:
         self._lib.llama_memory_clear(self._memory, True)
 
+    def positions(self, seq: int = 0) -> int:
+        """Number of positions of sequence ``seq`` held in the KV memory (its highest position + 1)."""
+        return int(self._lib.llama_memory_seq_pos_max(self._memory, seq)) + 1
+
     @property
     def n_past(self) -> int:
-        """Number of positions held in the KV memory (highest position + 1)."""
-        return int(self._lib.llama_memory_seq_pos_max(self._memory, 0)) + 1
+        return self.positions(0)
 
     def _free(self, handle) -> None:
         self._batch.close()

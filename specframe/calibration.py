@@ -1,0 +1,83 @@
+"""The target's pass-cost table in an engine: the one in hand, else the stored one, else measured now.
+
+What a pass costs belongs to the model file, the build, the machine, the threads and the batch size, so the table
+is stored under a key of those (pass_cost.py says how it is measured, checked, stored and healed). Sizes: every
+pass over one sequence's ``[last, draft...]`` (1 to n_max + 1 tokens) and, when several sequences are decoded
+together, the passes over ``slots`` such full batches; a pass's cost depends on its number of tokens, not on how
+many sequences they belong to, so every size is timed as one sequence's batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import pathlib
+import time
+
+import numpy as np
+
+from specframe.drafting.pass_cost import PassCost, PassCostStore
+from specframe.llama import Context, library_prefix
+from specframe.paths import cache_dir
+
+log = logging.getLogger("specframe.engine")
+
+
+class Calibration:
+    def __init__(self, context: Context, identity: str, adaptive: bool):
+        self.context = context
+        self.store = PassCostStore(cache_dir() / "pass-cost", hashlib.sha256(identity.encode()).hexdigest()[:16])
+        self.cost: PassCost | None = PassCost() if adaptive else None
+
+    @staticmethod
+    def identity(model_path: str, n_threads: int, n_batch: int, n_gpu_layers: int) -> str:
+        path = pathlib.Path(model_path)
+        stat = path.stat()
+        return (f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{n_threads}:{n_batch}:{n_gpu_layers}:"
+                f"{library_prefix()}")
+
+    @staticmethod
+    def sizes(n_max: int, slots: int, room: int) -> list[int]:
+        """The pass sizes to know, at most ``room`` tokens."""
+        full = n_max + 1
+        return [n for n in [*range(1, full + 1), *(full * k for k in range(2, slots + 1))] if n <= room]
+
+    def ensure(self, sizes: list[int], seq: int = 0, n_past: int = 0) -> None:
+        """Have a trustworthy cost for every size: the table in hand, else the stored one, else measured now on
+        sequence ``seq`` after its first ``n_past`` positions (which are kept)."""
+        cost = self.cost
+        if cost.covers(sizes) and not cost.stale:
+            return
+        with self.store.locked():   # another process starting at the same time measures once
+            stored = None if cost.stale else self.store.load()
+            if stored is not None and stored.covers(sizes):
+                cost.__init__(stored.measured, measured_at=stored.measured_at, other_load=stored.other_load)
+                return
+            if cost.stale:
+                log.info("measuring the pass costs again: %s", cost.stale_reason)
+            self._measure(sizes, seq, n_past)
+            self.store.save(cost)
+
+    def calibrate(self, sizes: list[int], reset: bool = False) -> PassCost:
+        """Have the table now, on an empty context (``reset``: measured again even when a stored one is good)."""
+        if reset:
+            self.store.reset()
+        self.cost = self.cost or PassCost()
+        if reset:
+            self.cost.stale_reason = "asked to measure again"
+        self.context.clear()
+        self.ensure(sizes)
+        return self.cost
+
+    def _measure(self, sizes: list[int], seq: int, n_past: int) -> None:
+        ctx = self.context
+        filler = np.full(max(sizes), ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0, dtype=np.int32)
+
+        def run_pass(n: int) -> float:
+            start = time.perf_counter()
+            ctx.decode(filler[:n], n_past, all_logits=True, seq=seq)
+            seconds = time.perf_counter() - start
+            ctx.truncate(n_past, seq)
+            return seconds
+
+        self.cost.calibrate(run_pass, sizes)

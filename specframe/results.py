@@ -1,0 +1,89 @@
+"""What a request yields: its text and tokens, why it stopped, and its statistics."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+
+@dataclass
+class RequestStats:
+    n_prompt_tokens: int = 0
+    n_cached_tokens: int = 0        # leading prompt tokens whose KV entries an earlier request left (not evaluated)
+    n_generated: int = 0
+    n_drafts: int = 0               # verify steps that carried a draft
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_target_passes: int = 0        # target forward passes after the prompt
+    prompt_seconds: float = 0.0
+    generation_seconds: float = 0.0  # decoding; a re-measurement of a stale pass-cost table is counted apart
+    calibration_seconds: float = 0.0
+    drafters: dict = field(default_factory=dict)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted tokens per draft that went to the target."""
+        return self.n_accepted / self.n_drafts if self.n_drafts else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.n_generated / self.n_target_passes if self.n_target_passes else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.n_generated / self.generation_seconds if self.generation_seconds > 0 else 0.0
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        evaluated = self.n_prompt_tokens - self.n_cached_tokens
+        return evaluated / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        for name in ("acceptance_rate", "mean_accepted_length", "tokens_per_pass", "tokens_per_second",
+                     "prompt_tokens_per_second"):
+            data[name] = getattr(self, name)
+        return data
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    n_prompt_tokens: int
+    stop_reason: str   # "eog", "max_tokens", "stop", "context_full", "interrupted" or "cancelled"
+    stats: RequestStats
+    # With a Trace (track_margins): the top-2 logit gap of the target at each generated token, in the batch that
+    # chose it, and that pass: (position of its first token, number of tokens of this request in it).
+    margins: list[float] | None = None
+    prompt: np.ndarray | None = None   # the prompt's token ids
+    passes: list[tuple[int, int]] | None = None
+
+    def as_dict(self) -> dict:
+        data = {"text": self.text, "tokens": self.tokens, "n_prompt_tokens": self.n_prompt_tokens,
+                "stop_reason": self.stop_reason, "stats": self.stats.as_dict()}
+        if self.margins is not None:
+            data["margins"] = self.margins
+        return data
+
+
+class Generation:
+    """A request in progress: iterating yields text as it is accepted; ``result`` is set once it ends."""
+
+    def __init__(self, run: Callable[["Generation"], Iterator[str]]):
+        self.result: GenerationResult | None = None
+        self._steps = run(self)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._steps
+
+    def interrupt(self) -> GenerationResult:
+        """End the request now (e.g. on Ctrl-C); the result holds the text accepted so far."""
+        self._steps.close()
+        return self.result

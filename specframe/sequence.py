@@ -1,0 +1,142 @@
+"""One request in an engine: its committed tokens, its place in the target's memory, its text and statistics.
+
+The engine moves a sequence through its phases: the prompt is evaluated (all but its last token, which goes in
+with the first draft so that the first step already speculates), then each step verifies ``[last, draft...]``
+and commits what the target chose. Several sequences, one per slot of the target's context, can share a step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence as Sequence_
+
+import numpy as np
+
+from specframe.drafting import DrafterChain, DrafterStats
+from specframe.llama import Vocab
+from specframe.results import GenerationResult, RequestStats
+from specframe.sampling import TokenSampler
+from specframe.text import TextStream
+from specframe.trace import Trace
+
+
+class Sequence:
+    def __init__(self, *, seq: int, prompt: np.ndarray, cached: int, max_tokens: int, n_ctx: int,
+                 sampler: TokenSampler, acceptance: str, chain: DrafterChain | None, stops: Sequence_[str],
+                 trace: Trace | None, vocab: Vocab):
+        self.seq = seq                   # its sequence id in the target's context
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.sampler = sampler
+        self.acceptance = acceptance
+        self.chain = chain
+        self.trace = trace
+        self._vocab = vocab
+        # Committed tokens, append-only; the context ends generation after n_ctx + 1 - prompt tokens at most.
+        self._history = np.empty(prompt.size + min(max_tokens, n_ctx) + 1, dtype=np.int32)
+        self._history[:prompt.size] = prompt
+        self._view = self._history.view()    # what drafters see: read-only, so none can corrupt the others' input
+        self._view.flags.writeable = False
+        self.n_history = prompt.size
+        self.n_past = cached             # positions of this sequence held in the target's KV memory
+        self.generated: list[int] = []
+        self.stats = RequestStats(n_prompt_tokens=int(prompt.size), n_cached_tokens=cached)
+        self.stop_reason: str | None = None
+        self.result: GenerationResult | None = None
+        self._text = TextStream(stops)
+        self._pieces: list[str] = []
+        self._new_pieces: list[str] = []
+        self._started = time.perf_counter()
+        self._generation_start: float | None = None
+        if chain is not None:
+            for entry in chain.entries:
+                entry.stats = DrafterStats()
+
+    # --- phases ----------------------------------------------------------------------------------------------
+
+    @property
+    def prompt_pending(self) -> int:
+        """Prompt tokens still to evaluate before generation starts (the last one is fed with the first draft)."""
+        return self.prompt.size - 1 - self.n_past
+
+    @property
+    def generating(self) -> bool:
+        return self._generation_start is not None and self.stop_reason is None
+
+    def start_generating(self) -> None:
+        self._generation_start = time.perf_counter()
+        self.stats.prompt_seconds = self._generation_start - self._started
+
+    @property
+    def history(self) -> np.ndarray:
+        """Every committed token, read-only."""
+        return self._view[:self.n_history]
+
+    @property
+    def last(self) -> int:
+        return int(self._history[self.n_history - 1])
+
+    def n_max(self, n_max: int, n_ctx: int) -> int:
+        """The longest draft this sequence can take: it must not pass max_tokens or the context."""
+        return min(n_max, self.max_tokens - len(self.generated) - 1, n_ctx - self.n_past - 1)
+
+    # --- a verified step -------------------------------------------------------------------------------------
+
+    def commit(self, emitted: list[int], logits: np.ndarray, n_batch: int) -> None:
+        """Append what the target emitted after a pass over ``n_batch`` tokens of this sequence (the first at
+        position ``n_past`` before the pass), stopping at an end of generation, a stop string or max_tokens."""
+        start = self.n_past
+        self.n_past += len(emitted)   # the accepted drafts and the last token; the new last token is not in KV
+        kept = 0
+        for token in emitted:
+            if self._vocab.is_eog(token):
+                self.stop_reason = "eog"
+                break
+            self._history[self.n_history] = token
+            self.n_history += 1
+            self.generated.append(token)
+            kept += 1
+            piece = self._text.push(self._vocab.piece(token))
+            if piece:
+                self._pieces.append(piece)
+                self._new_pieces.append(piece)
+            if self._text.stopped:
+                self.stop_reason = "stop"
+            elif len(self.generated) >= self.max_tokens:
+                self.stop_reason = "max_tokens"
+            if self.stop_reason:
+                break
+        if self.trace is not None:
+            self.trace.observe(logits, start, n_batch, kept)
+
+    def take_text(self) -> list[str]:
+        """The text accepted since the last call."""
+        pieces, self._new_pieces = self._new_pieces, []
+        return pieces
+
+    # --- the end ---------------------------------------------------------------------------------------------
+
+    def finish(self, reason: str | None = None) -> GenerationResult:
+        """End the request (for ``reason`` when it has not stopped by itself) and make its result; what text
+        was held back (a possible start of a stop string, an incomplete character) comes out now unless the
+        request was cut short."""
+        if self.result is not None:
+            return self.result
+        self.stop_reason = self.stop_reason or reason
+        stats, now = self.stats, time.perf_counter()
+        if self._generation_start is None:
+            stats.prompt_seconds = now - self._started
+        else:
+            stats.generation_seconds = now - self._generation_start - stats.calibration_seconds
+        stats.n_generated = len(self.generated)
+        if self.chain is not None:
+            stats.drafters = self.chain.stats()
+        tail = self._text.finish()
+        self._pieces.append(tail)
+        if tail and self.stop_reason not in ("interrupted", "cancelled"):
+            self._new_pieces.append(tail)
+        trace = self.trace
+        self.result = GenerationResult("".join(self._pieces), self.generated, int(self.prompt.size),
+                                       self.stop_reason, stats, trace.margins if trace else None, self.prompt,
+                                       trace.passes if trace else None)
+        return self.result
