@@ -51,7 +51,8 @@ class Engine:
         t = config.target
         self.n_threads = t.threads or default_threads()
         self.model = Model(resolve_model(t.model, config.directory), n_gpu_layers=t.n_gpu_layers)
-        self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_threads=self.n_threads)
+        self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_threads=self.n_threads,
+                               n_seq_max=slots)
         self.vocab = self.model.vocab
         self.calibration = Calibration(self.context, Calibration.identity(self.model.path, self.n_threads,
                                                                           t.n_batch, t.n_gpu_layers),

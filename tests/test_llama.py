@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specframe.errors import ModelError
-from specframe.llama import Context, ContextFullError, Model
+from specframe.llama import Context, ContextFullError, Model, Segment
 from specframe.synthetic import write_synthetic_model
 
 
@@ -118,3 +118,25 @@ def test_vocab_compatibility_follows_llama_cpp(model, draft_path, tmp_path):
     other = write_synthetic_model(tmp_path / "other.gguf", shape=SyntheticShape(n_layer=1))
     with Model(other, vocab_only=True) as m:
         assert model.vocab.incompatibility(m.vocab) is None   # weights differ, vocabulary does not
+
+
+def test_sequences_in_one_batch_are_evaluated_and_rolled_back_apart(model):
+    a = model.vocab.tokenize("speculative decoding keeps")
+    b = model.vocab.tokenize("the quick brown fox jumps over")
+    more = model.vocab.tokenize(" the output", add_special=False)
+    with Context(model, n_ctx=64, n_seq_max=2) as both, Context(model, n_ctx=64) as alone:
+        assert both.n_ctx == 256 and both.n_seq_max == 2        # per sequence, rounded up as llama.cpp does
+        rows_a, rows_b = both.decode_batch([Segment(0, a, 0, len(a)), Segment(1, b, 0, 1)])
+        assert rows_a.shape == (len(a), model.vocab.n_tokens) and rows_b.shape == (1, model.vocab.n_tokens)
+        want_b = alone.decode(b, 0)
+        np.testing.assert_allclose(rows_b, want_b, atol=1e-3)
+        both.truncate(2, seq=0)                                  # sequence 0 only
+        assert both.positions(0) == 2 and both.positions(1) == len(b)
+        (got,) = both.decode_batch([Segment(0, more, 2, len(more))])
+        got = got.copy()
+        alone.clear()
+        want = alone.decode(np.concatenate([a[:2], more]), 0, all_logits=True)[2:]
+        np.testing.assert_allclose(got, want, atol=1e-3)
+        assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
+        with pytest.raises(ValueError, match="sequence 2"):
+            both.decode_batch([Segment(2, a, 0, 1)])

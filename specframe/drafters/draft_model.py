@@ -3,7 +3,8 @@
 Its own context mirrors the committed history incrementally: each call compares only the tokens added since
 the last call with what its KV memory holds, keeps the matching part (including draft tokens the target
 accepted), drops the rest and evaluates just the new tokens. The prompt is evaluated in ``begin`` (counted as
-prompt processing), and a prefix shared with the previous request is kept.
+prompt processing), and a prefix shared with the previous request is kept. A server's slots share one draft
+model and one context, a sequence per slot, each slot's drafter mirroring its own sequence.
 
 Drafting takes the top token while its probability is at least ``p_min``, up to ``n_max`` tokens; drafts
 shorter than ``n_min`` are dropped. When the engine accepts by rejection sampling (``self.sampling`` is set), the
@@ -53,36 +54,59 @@ class DraftModelParams:
                                help="threads for passes over several tokens: catching up (0: threads)")
 
 
+class _DraftModel:
+    """The draft model and its context, one sequence per slot: what the drafters of a server's slots share."""
+
+    def __init__(self, params: DraftModelParams, env: DrafterEnv, n_slots: int):
+        path = env.resolve_model(params.model)
+        notes = [f"re-quantized to {params.quantize}"] if params.quantize != "none" else []
+        if params.quantize != "none":
+            path = requantized(path, params.quantize)
+        self.model = Model(path, n_gpu_layers=env.n_gpu_layers)
+        reason = env.target.vocab.incompatibility(self.model.vocab)
+        if reason and params.token_mapping == "never":
+            self.model.close()
+            raise ModelError(f"draft model {path.name} cannot draft token ids for target {env.target.path}: "
+                             f"{reason}; set token_mapping = \"auto\" to draft through text")
+        self.mapped = bool(reason) or params.token_mapping == "always"
+        if self.mapped:
+            notes.append(f"token mapping: {reason or 'as configured'}")
+        self.note = "; ".join(notes) or None
+        n_ctx = params.n_ctx or (2 * env.n_ctx if self.mapped else env.n_ctx)
+        threads = params.threads or env.n_threads
+        self.context = Context(self.model, n_ctx=n_ctx, n_threads=threads,
+                               n_threads_batch=params.threads_batch or threads, n_seq_max=n_slots)
+
+    def close(self) -> None:
+        self.context.close()
+        self.model.close()
+
+
 class DraftModelDrafter(Drafter):
     name = "draft-model"
     Params = DraftModelParams
     uses_model = True
 
-    def __init__(self, params: DraftModelParams, env: DrafterEnv):
+    def __init__(self, params: DraftModelParams, env: DrafterEnv, shared: _DraftModel | None = None, seq: int = 0):
+        """``shared``: the model and context of the slots' drafters, of which this one mirrors sequence ``seq``
+        (by default a model and context of its own)."""
         super().__init__(params, env)
-        path = env.resolve_model(params.model)
-        if params.quantize != "none":
-            path = requantized(path, params.quantize)
-            self.note = f"re-quantized to {params.quantize}"
-        self.model = Model(path, n_gpu_layers=env.n_gpu_layers)
+        self._shared = shared or _DraftModel(params, env, 1)
+        self.model, self.context, self.seq = self._shared.model, self._shared.context, seq
+        self.note = self._shared.note
         target = env.target.vocab
-        reason = target.incompatibility(self.model.vocab)
-        if reason and params.token_mapping == "never":
-            self.model.close()
-            raise ModelError(f"draft model {path.name} cannot draft token ids for target {env.target.path}: "
-                             f"{reason}; set token_mapping = \"auto\" to draft through text")
-        self.mapping = None
-        if reason or params.token_mapping == "always":
-            self.mapping = TokenMapping(target, self.model.vocab, params.replace)
-            self.note = "; ".join(filter(None, (self.note, f"token mapping: {reason or 'as configured'}")))
-        n_ctx = params.n_ctx or (2 * env.n_ctx if self.mapping else env.n_ctx)
-        threads = params.threads or env.n_threads
-        self.context = Context(self.model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=params.threads_batch or threads)
+        self.mapping = TokenMapping(target, self.model.vocab, params.replace) if self._shared.mapped else None
         self._n_target_vocab = target.n_tokens
         self._kv = np.empty(self.context.n_ctx, dtype=np.int32)   # the tokens held in the draft's KV memory
         self._n_kv = 0
         self._n_synced = 0    # leading tokens of the last synced sequence known to match the KV memory
         self._sampler: TokenSampler | None = None
+
+    @classmethod
+    def for_slots(cls, params: DraftModelParams, env: DrafterEnv, n_slots: int) -> list["DraftModelDrafter"]:
+        """One model and one context for every slot, a sequence each."""
+        shared = _DraftModel(params, env, n_slots)
+        return [cls(params, env, shared, seq) for seq in range(n_slots)]
 
     def begin(self, prompt: np.ndarray) -> None:
         """Evaluate the prompt now, with the target's prompt processing (as llama.cpp feeds its draft context),
@@ -142,7 +166,7 @@ class DraftModelDrafter(Drafter):
                 break
             if len(tokens) < n:
                 position_of_token = position + len(tokens) - 1
-                logits = self.context.decode([token], position_of_token)[0]
+                logits = self.context.decode([token], position_of_token, seq=self.seq)[0]
                 self._kv[position_of_token] = token
                 self._n_kv = position_of_token + 1
         return tokens, (probs[:len(tokens)] if probs is not None else None), ended
@@ -156,15 +180,14 @@ class DraftModelDrafter(Drafter):
         common = start + int(mismatch[0]) if mismatch.size else max(start, stop)
         common = min(common, length - 1)     # the last token is always evaluated: its logits start the draft
         if common < self._n_kv:
-            self.context.truncate(common)
-        logits = self.context.decode(tokens[common:], common)[-1]
+            self.context.truncate(common, self.seq)
+        logits = self.context.decode(tokens[common:], common, seq=self.seq)[-1]
         self._kv[common:length] = tokens[common:]
         self._n_kv = self._n_synced = length
         return logits
 
     def close(self) -> None:
-        self.context.close()
-        self.model.close()
+        self._shared.close()      # closing twice (another slot's drafter did) does nothing
 
 
 @hookimpl

@@ -11,7 +11,8 @@ drafted, each from the history extended by the draft so far.
 
 The dynamic cache holds at most ``max_ngrams`` n-grams (llama.cpp's grows without bound in a long-lived
 process): past it, the least observed are dropped. With ``save_dynamic``, what this process learned is added to
-the file under its lock when the engine closes, so runs that share the file all count.
+the file under its lock when the engine closes, so runs that share the file all count. A server's slots share the
+static and dynamic caches; each has a context cache of its own.
 
 Deliberate differences from llama.cpp:
 - its speculative wrapper feeds only the tokens new since the last call to the context cache, as a sequence of
@@ -53,22 +54,48 @@ class NgramCacheParams:
                                  "save_dynamic); past it, the least observed are dropped to 3/4 of it")
 
 
+class _Caches:
+    """The static cache, the dynamic one and what this process learned: what a server's slots share."""
+
+    def __init__(self, static: str | None, dynamic: str | None, max_ngrams: int):
+        self.static = NgramCache.load(static) if static else NgramCache()
+        self.dynamic = NgramCache.load(dynamic) if dynamic and os.path.exists(dynamic) else NgramCache()
+        self.dynamic.cap(max_ngrams)
+        self.learned = NgramCache()   # added to the dynamic file by save()
+
+
 class NgramCacheDrafter(Drafter):
     name = "ngram-cache"
     Params = NgramCacheParams
 
-    def __init__(self, params: NgramCacheParams, env):
+    def __init__(self, params: NgramCacheParams, env, caches: _Caches | None = None):
+        """``caches``: those shared with the other slots' drafters (by default its own)."""
         super().__init__(params, env)
-        self.static = NgramCache.load(self._path(params.static)) if params.static else NgramCache()
-        dynamic_path = self._path(params.dynamic) if params.dynamic else None
-        if dynamic_path and os.path.exists(dynamic_path):
-            self.dynamic = NgramCache.load(dynamic_path)
-        else:
-            self.dynamic = NgramCache()
-        self.dynamic.cap(params.max_ngrams)
-        self.learned = NgramCache()   # what this process saw: added to the file by save()
+        self._caches = caches or self._load(params, env)
         self.context = NgramCache()
         self._seen = HistoryMirror()
+
+    @classmethod
+    def for_slots(cls, params: NgramCacheParams, env, n_slots: int) -> list["NgramCacheDrafter"]:
+        """One static and one dynamic cache for every slot."""
+        caches = cls._load(params, env)
+        return [cls(params, env, caches) for _ in range(n_slots)]
+
+    @staticmethod
+    def _load(params: NgramCacheParams, env) -> _Caches:
+        return _Caches(_located(params.static, env), _located(params.dynamic, env), params.max_ngrams)
+
+    @property
+    def static(self) -> NgramCache:
+        return self._caches.static
+
+    @property
+    def dynamic(self) -> NgramCache:
+        return self._caches.dynamic
+
+    @property
+    def learned(self) -> NgramCache:
+        return self._caches.learned
 
     @classmethod
     def check_params(cls, params: NgramCacheParams, config_dir: pathlib.Path) -> None:
@@ -85,9 +112,6 @@ class NgramCacheDrafter(Drafter):
                        file_problem(dynamic) if os.path.lexists(dynamic) else None)
             if problem:
                 raise ParamError("dynamic", f"{params.dynamic!r}: {problem}")
-
-    def _path(self, value: str) -> str:
-        return os.fspath(self.env.path(value)) if self.env is not None else value
 
     def begin(self, prompt: np.ndarray) -> None:
         self._seen.reset()
@@ -130,8 +154,13 @@ class NgramCacheDrafter(Drafter):
     def save(self) -> None:
         if self.params.save_dynamic and self.params.dynamic:
             self._fold_context()
-            self.learned.add_to_file(self._path(self.params.dynamic), self.params.max_ngrams)
-            self.learned = NgramCache()
+            self.learned.add_to_file(_located(self.params.dynamic, self.env), self.params.max_ngrams)
+            self._caches.learned = NgramCache()
+
+
+def _located(value: str, env) -> str | None:
+    """A file named in the params, relative to the config (as given when there is no environment)."""
+    return (os.fspath(env.path(value)) if env is not None else value) if value else None
 
 
 def _confident(cache: NgramCache, ngrams: list[tuple], static_part: dict, thresholds) -> int | None:

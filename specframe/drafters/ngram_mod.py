@@ -4,7 +4,8 @@ A fixed pool of int32 slots (4 Mi by default: 16 MiB), indexed by a 64-bit polyn
 ``n_match`` tokens modulo the pool size, holds the token that last followed that n-gram. Drafting chains
 lookups: the last ``n_match`` tokens give the next token, which shifts into the window, up to ``n_max``
 tokens; a chain that ends before ``n_min`` tokens drafts nothing. The pool is shared across requests on
-purpose (it learns what the user's sessions repeat): ``begin`` adds the prompt, and empties the pool first if it
+purpose (it learns what the user's sessions repeat), and across a server's slots, as llama.cpp's server shares
+it: ``begin`` adds the prompt, and empties the pool first if it
 is more than 25 % full; history is added in chunks of 32 tokens; five consecutive drafts with less than a quarter
 of their tokens accepted empty the pool too.
 
@@ -45,24 +46,50 @@ class NgramModParams:
             raise ValueError(f"n_min = {self.n_min} can never be reached by chains of at most n_max = {self.n_max}")
 
 
+class _Pool:
+    """The next token by n-gram hash, and how many of its slots are used."""
+
+    def __init__(self, size: int):
+        try:
+            self.tokens = np.full(size, _EMPTY, dtype=np.int32)
+        except MemoryError:
+            raise ParamError("pool_size", f"{size} slots need {size * 4 / 2**30:.1f} GiB, more than this machine "
+                                          "can give; expected a smaller pool") from None
+        self.used = 0
+
+    def reset(self) -> None:
+        self.tokens.fill(_EMPTY)
+        self.used = 0
+
+
 class NgramModDrafter(Drafter):
     name = "ngram-mod"
     Params = NgramModParams
 
-    def __init__(self, params: NgramModParams, env):
+    def __init__(self, params: NgramModParams, env, pool: _Pool | None = None):
+        """``pool``: the pool shared with the other slots' drafters (by default one of its own)."""
         super().__init__(params, env)
-        try:
-            self.pool = np.full(params.pool_size, _EMPTY, dtype=np.int32)
-        except MemoryError:
-            raise ParamError("pool_size", f"{params.pool_size} slots need {params.pool_size * 4 / 2**30:.1f} GiB, "
-                                          "more than this machine can give; expected a smaller pool") from None
-        self.used = 0
+        self._pool = pool or _Pool(params.pool_size)
         self._added_until = 0       # history positions before this start n-grams already in the pool
         self._drafted = 0           # tokens in the last draft
         self._low_rounds = 0
         self._lead = pow(_MULTIPLIER, params.n_match - 1, 1 << 64)   # weight of a window's first token
 
+    @classmethod
+    def for_slots(cls, params: NgramModParams, env, n_slots: int) -> list["NgramModDrafter"]:
+        """One pool for every slot."""
+        pool = _Pool(params.pool_size)
+        return [cls(params, env, pool) for _ in range(n_slots)]
+
     # --- the pool ------------------------------------------------------------------------------------------
+
+    @property
+    def pool(self) -> np.ndarray:
+        return self._pool.tokens
+
+    @property
+    def used(self) -> int:
+        return self._pool.used
 
     def _slots(self, tokens: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """Pool slots of the n-grams starting at ``starts`` (vectorised polynomial hash, wrapping at 2**64)."""
@@ -81,12 +108,11 @@ class NgramModDrafter(Drafter):
         following = tokens[starts + self.params.n_match]
         last = len(slots) - 1 - np.unique(slots[::-1], return_index=True)[1]   # the last write to each slot
         slots, following = slots[last], following[last]
-        self.used += int(np.count_nonzero(self.pool[slots] == _EMPTY))
+        self._pool.used += int(np.count_nonzero(self.pool[slots] == _EMPTY))
         self.pool[slots] = following
 
     def reset(self) -> None:
-        self.pool.fill(_EMPTY)
-        self.used = 0
+        self._pool.reset()
 
     # --- the protocol ---------------------------------------------------------------------------------------
 

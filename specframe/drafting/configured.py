@@ -53,7 +53,9 @@ class ConfiguredDrafters:
         if drafter_cfg.name not in self._made:
             kind = types[drafter_cfg.type]
             try:
-                drafters = [kind.cls(drafter_cfg.params, self.env) for _ in range(self.slots)]
+                drafters = kind.cls.for_slots(drafter_cfg.params, self.env, self.slots)
+                if len(drafters) != self.slots:
+                    raise TypeError(f"for_slots() made {len(drafters)} drafters for {self.slots} slots")
                 self._made[drafter_cfg.name] = [ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats())
                                                 for drafter in drafters]
             except ParamError as exc:

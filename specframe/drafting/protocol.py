@@ -89,6 +89,13 @@ class Drafter:
         self.env = env
 
     @classmethod
+    def for_slots(cls, params, env: DrafterEnv, n_slots: int) -> list["Drafter"]:
+        """The drafters of ``n_slots`` requests decoded together (a server's slots), one per slot, each with its
+        own per-request state. By default each is a drafter of its own; override this to share, across slots,
+        what the drafter means to share across requests (ngram-mod's pool, a draft model's weights)."""
+        return [cls(params, env) for _ in range(n_slots)]
+
+    @classmethod
     def check_params(cls, params, config_dir: pathlib.Path) -> None:
         """Refuse, when the config loads, parameters this drafter could not honour (raise ``ParamError``): an
         output file in a missing folder, say. It runs before any model is loaded, so no work is lost to them."""

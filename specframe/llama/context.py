@@ -88,7 +88,7 @@ class Batch:
 
 
 class Context(Handle):
-    """Evaluation state of a model over token sequences (0, 1, ...), each of up to ``n_ctx`` tokens.
+    """Evaluation state of a model over ``n_seq_max`` token sequences (0, 1, ...), each of up to ``n_ctx`` tokens.
 
     ``decode`` feeds one sequence's tokens at explicit positions and ``decode_batch`` several sequences' in one
     pass; both return logits as numpy views into llama.cpp's buffer (valid until the next decode). ``truncate``
@@ -98,29 +98,29 @@ class Context(Handle):
     _what = "context"
 
     def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None,
-                 n_threads_batch: int | None = None):
-        """``n_threads`` evaluate single tokens, ``n_threads_batch`` (default: the
+                 n_threads_batch: int | None = None, n_seq_max: int = 1):
+        """``n_ctx`` is per sequence; ``n_threads`` evaluate single tokens, ``n_threads_batch`` (default: the
         same) every batch of more than one token, as llama.cpp uses them."""
         self._ffi, self._lib = model._ffi, model._lib
         self.model = model
         threads = n_threads or default_threads()
         params = self._lib.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = n_ctx * n_seq_max
         params.n_batch = n_batch
         params.n_ubatch = n_batch
-        params.n_seq_max = 1
+        params.n_seq_max = n_seq_max
         params.n_threads = threads
         params.n_threads_batch = n_threads_batch or threads
         params.no_perf = True
         handle = self._lib.llama_init_from_model(model.handle, params)
         if handle == self._ffi.NULL:
             raise_pending_interrupt()
-            raise SpecframeError(f"llama.cpp could not create a context of {n_ctx} tokens for {model.path} "
-                                 "(out of memory? try a smaller n_ctx)")
+            raise SpecframeError(f"llama.cpp could not create a context of {n_seq_max} x {n_ctx} tokens for "
+                                 f"{model.path} (out of memory? try a smaller n_ctx)")
         self._handle = handle
         self._memory = self._lib.llama_get_memory(handle)
-        self.n_seq_max = 1
-        self.n_ctx: int = self._lib.llama_n_ctx(handle)
+        self.n_seq_max = n_seq_max
+        self.n_ctx: int = self._lib.llama_n_ctx_seq(handle)     # llama.cpp rounds it up (to 256)
         self.n_batch: int = self._lib.llama_n_batch(handle)
         self.n_vocab: int = model.vocab.n_tokens
         self._batch = Batch(model, self.n_batch)

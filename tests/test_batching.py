@@ -1,0 +1,123 @@
+"""Several sequences in one engine, one per slot, stepped together: each is verified and rolled back on its own,
+and on the synthetic float32 model each request's greedy output is the same alone or beside three others."""
+
+import pytest
+
+from specframe.config import load_config
+from specframe.engine import Engine
+from specframe.lossless import compare
+
+PROMPTS = ["the quick brown fox jumps over the lazy dog and the quick brown fox",
+           "one two three four one two three four one two",
+           "alpha beta gamma delta alpha beta gamma",
+           "hello world, hello world, hello"]
+CHAIN = """
+[[drafter]]
+type = "prompt-lookup"
+[[drafter]]
+type = "ngram-mod"
+n_match = 3
+n_min = 2
+n_max = 8
+[[drafter]]
+type = "draft-model"
+model = "{draft}"
+p_min = 0.2
+[[drafter]]
+type = "cycle"
+"""
+
+
+@pytest.fixture
+def engines(write_config, target_path, draft_path):
+    made = []
+
+    def make(slots: int, speculative: str = "adaptive = false", n_batch: int = 512) -> Engine:
+        config = write_config(f"""
+            [target]
+            model = "{target_path}"
+            n_ctx = 512
+            n_batch = {n_batch}
+            threads = 1
+            [generation]
+            max_tokens = 120
+            [speculative]
+            {speculative}
+            """ + CHAIN.format(draft=draft_path))
+        engine = Engine(load_config(config), slots=slots)
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        engine.close()
+
+
+def together(engine: Engine, prompts: list[str], stagger: int = 3, **options):
+    """Run the prompts on slots 0, 1, ... of one engine, each starting ``stagger`` steps after the one before (so
+    that prompts are read while others generate); return their results in order."""
+    pending = [engine.prompt_tokens(p, raw=True) for p in prompts]
+    running, steps = [], 0
+    while pending or any(s.stop_reason is None for s in running):
+        if pending and steps % stagger == 0:
+            running.append(engine.start(pending.pop(0), slot=len(running), **options))
+        engine.step([s for s in running if s.stop_reason is None])
+        steps += 1
+    return [engine.finish(s) for s in running]
+
+
+@pytest.mark.parametrize("speculative", ["adaptive = false", "adaptive = true"])
+def test_greedy_output_is_the_same_alone_or_beside_three_others(engines, speculative):
+    engine = engines(4, speculative)
+    plain = [engine.generate(p, raw=True, speculative=False, track_margins=True) for p in PROMPTS]
+    alone = [engine.generate(p, raw=True) for p in PROMPTS]
+    batched = together(engine, PROMPTS)
+    for p, a, b in zip(plain, alone, batched):
+        assert compare(p, a).identical and compare(p, b).identical
+        assert b.text == p.text and len(b.tokens) == 120
+    if speculative == "adaptive = false":   # cost-aware lengths draft little on a model whose passes cost per token
+        assert all(r.stats.n_accepted > 0 and r.stats.n_target_passes < 120 for r in batched)
+
+
+def test_every_sequence_is_rolled_back_on_its_own(engines):
+    engine = engines(4)
+    batched = together(engine, PROMPTS, stagger=1)
+    rejected = [r.stats.n_drafted - r.stats.n_accepted for r in batched]
+    assert all(n > 0 for n in rejected), "every sequence must have had drafts rejected"
+    for prompt, result in zip(PROMPTS, batched):
+        assert result.tokens == engine.generate(prompt, raw=True, speculative=False).tokens
+
+
+def test_a_small_batch_holds_drafts_and_prompts_within_n_batch(engines):
+    engine = engines(4, n_batch=24)           # four sequences of [last, 16 drafted] would need 68
+    batched = together(engine, PROMPTS, stagger=1)
+    for prompt, result in zip(PROMPTS, batched):
+        assert result.tokens == engine.generate(prompt, raw=True, speculative=False).tokens
+
+
+def test_a_slot_keeps_the_longest_shared_prefix_for_the_next_request(engines):
+    engine = engines(2)
+    first = engine.prompt_tokens(PROMPTS[0], raw=True)
+    [done] = together(engine, [PROMPTS[0]])
+    follow_up = engine.prompt_tokens(PROMPTS[0] + done.text + " and more", raw=True)
+    assert engine.cached_prefix(0, follow_up) >= len(first) and engine.cached_prefix(1, follow_up) == 0
+    sequence = engine.start(follow_up, slot=0, reuse=True, max_tokens=30)
+    while sequence.stop_reason is None:
+        engine.step([sequence])
+    reused = engine.finish(sequence)
+    assert reused.stats.n_cached_tokens >= len(first)
+    fresh = engine.generate(follow_up, max_tokens=30, speculative=False)   # slot 0 again, from scratch
+    assert reused.tokens == fresh.tokens
+
+
+def test_slots_share_what_drafters_share_and_keep_the_rest_apart(engines):
+    engine = engines(3)
+    chains = [engine.drafters.chain(slot=slot) for slot in range(3)]
+    by_name = [{e.label: e.drafter for e in chain.entries} for chain in chains]
+    mods = [d["ngram-mod"] for d in by_name]
+    drafts = [d["draft-model"] for d in by_name]
+    assert mods[0].pool is mods[1].pool is mods[2].pool                       # one pool, as in llama.cpp
+    assert drafts[0].context is drafts[2].context and [d.seq for d in drafts] == [0, 1, 2]
+    assert drafts[0].context.n_seq_max == 3
+    cycles = [d["cycle"] for d in by_name]                                    # a plugin knows nothing of slots
+    assert len({id(c) for c in cycles}) == 3 and type(cycles[0]).__module__ == "specframe_cycle"
