@@ -1,4 +1,4 @@
-"""The command line: ``specframe run | bench | calibrate | plugins | models | ngram``."""
+"""The command line: ``specframe run | serve | bench | calibrate | plugins | models | ngram``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typing
 
 import click
 
-from specframe.config import GenerationConfig
+from specframe.config import GenerationConfig, ServerConfig
 from specframe.errors import SpecframeError, printable
 from specframe.files import atomic_write, output_problem, read_text
 from specframe.interruption import signals_interrupt
@@ -119,6 +119,23 @@ def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed
             engine.close()
     if result.stop_reason == "interrupted" or signals.received:
         sys.exit(signals.exit_code)
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="TOML config file: the same as run's, plus a [server] table.")
+@click.option("--host", type=_ConfigField(ServerConfig, "host"), help="Address to listen on (default 127.0.0.1).")
+@click.option("--port", type=_ConfigField(ServerConfig, "port"), help="Port (default 8080; 0: any free port).")
+@click.option("--slots", type=_ConfigField(ServerConfig, "slots"), help="Requests decoded together (default 4).")
+@click.option("--api-key", type=_ConfigField(ServerConfig, "api_key"),
+              help="Clients must send 'Authorization: Bearer KEY'.")
+def serve(config_path, host, port, slots, api_key):
+    """Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models), /health and /metrics."""
+    from specframe.config import load_config
+    from specframe.serve.server import serve as run_server
+
+    logging.getLogger("specframe.serve").setLevel(logging.INFO)
+    run_server(load_config(config_path), host=host, port=port, slots=slots, api_key=api_key)
 
 
 @main.command()

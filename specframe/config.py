@@ -63,6 +63,16 @@ class GenerationConfig:
 
 
 @dataclass(frozen=True)
+class ServerConfig:
+    host: str = param("127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    port: int = param(8080, min=0, max=65535, help="port to listen on (0: any free port)")
+    slots: int = param(4, min=1, max=256, help="requests decoded together, one sequence each in one context")
+    queue: int = param(64, min=0, max=1 << 20, help="requests waiting for a slot beyond which a request gets 503")
+    api_key: str = param("", help="clients must send 'Authorization: Bearer KEY' (empty: no key)")
+    model_name: str = param("", help="the model id in /v1/models and responses (empty: the target's file name)")
+
+
+@dataclass(frozen=True)
 class PluginsConfig:
     modules: list = param([], help="Python modules to load as plugins")
 
@@ -81,6 +91,7 @@ class Config:
     sampling: SamplingParams
     speculative: SpeculativeConfig
     generation: GenerationConfig
+    server: ServerConfig
     plugins_config: PluginsConfig
     drafters: tuple[DrafterConfig, ...]
     plugins: Plugins = field(compare=False, repr=False)
@@ -103,7 +114,7 @@ class Config:
 
 
 _SECTIONS = {"target": TargetConfig, "sampling": SamplingParams, "speculative": SpeculativeConfig,
-             "generation": GenerationConfig, "plugins": PluginsConfig}
+             "generation": GenerationConfig, "server": ServerConfig, "plugins": PluginsConfig}
 
 
 def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Config:
@@ -150,7 +161,7 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
                                                                    f"of {', '.join(names) or '(no drafters)'}"))
     if speculative.order and sorted(speculative.order) != sorted(names):
         raise ConfigError(where.at("speculative.order", f"must list every drafter once: {', '.join(names)}"))
-    return Config(path, target, sections["sampling"], speculative, sections["generation"],
+    return Config(path, target, sections["sampling"], speculative, sections["generation"], sections["server"],
                   sections["plugins"], tuple(drafters), plugins)
 
 

@@ -12,7 +12,9 @@ def format_stats(result: GenerationResult, speculative: bool = True) -> str:
     s = result.stats
     lines = [
         "",
-        f"prompt: {s.n_prompt_tokens} tokens in {s.prompt_seconds:.2f} s ({s.prompt_tokens_per_second:.1f} tokens/s)",
+        f"prompt: {s.n_prompt_tokens} tokens" + (f" ({s.n_cached_tokens} kept from an earlier request)"
+                                                  if s.n_cached_tokens else "")
+        + f" in {s.prompt_seconds:.2f} s ({s.prompt_tokens_per_second:.1f} tokens/s)",
         f"generated: {s.n_generated} tokens in {s.generation_seconds:.2f} s ({s.tokens_per_second:.2f} tokens/s), "
         f"{s.n_target_passes} target passes ({s.tokens_per_pass:.2f} tokens/pass), stop: {result.stop_reason}",
     ]

@@ -61,6 +61,7 @@ class DrafterStats:
     draft_ms: float = 0.0
     accept_ms: float = 0.0
     held_back: int = 0         # steps it was not asked because what it would bring was not expected to pay
+    accepted_by_position: list = field(default_factory=list)   # accepted tokens of its chosen drafts, by position
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -145,6 +146,10 @@ class DrafterChain:
             stats = self._chosen.entry.stats
             stats.accepted_tokens += n_accepted
             stats.accepted_drafts += n_accepted > 0
+            by_position = stats.accepted_by_position
+            by_position.extend([0] * (n_accepted - len(by_position)))
+            for position in range(n_accepted):
+                by_position[position] += 1
         emitted = np.asarray(emitted)
         if len(self._agreed):
             n = min(len(self._agreed), len(emitted))

@@ -1,0 +1,289 @@
+"""The engine thread: it owns the engine (every libllama object), admits requests into slots and steps them.
+
+The HTTP front end runs on asyncio; it hands each request over as a ``Job`` and reads what becomes of it from the
+job's own asyncio queue: ``Accepted`` (or ``Rejected``) once the prompt is tokenized and checked, then ``Text``
+pieces, then ``Finished``. A job that the client gave up on is cancelled, and its slot is free at the next step.
+
+Continuous batching: every step is one target pass over all the slots that hold a request (engine.step). A
+waiting request takes the free slot whose memory shares the longest prefix with its prompt, so only the rest is
+evaluated: a chat's next turn finds its history in place. Ties go to the slot used least recently, which keeps
+the other slots' memories for longer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from specframe.config import Config
+from specframe.engine import Engine
+from specframe.errors import SpecframeError
+from specframe.report import format_stats
+from specframe.results import GenerationResult
+from specframe.sequence import Sequence
+from specframe.serve.metrics import Metrics
+
+log = logging.getLogger("specframe.serve")
+
+
+@dataclass(frozen=True)
+class Accepted:
+    n_prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Rejected:
+    status: int
+    message: str
+    param: str | None = None
+    code: str | None = None
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    result: GenerationResult
+
+
+class QueueFull(SpecframeError):
+    """Every slot is busy and the queue of waiting requests is full."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request on its way through the engine thread."""
+
+    messages: list[tuple[str, str]] | None     # a chat, (role, text) each
+    prompt: str | None                         # or a raw prompt
+    options: dict                              # Engine.start's options
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    arrived: float = field(default_factory=time.perf_counter)
+    first_text: float | None = None
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def send(self, event) -> None:
+        """From the engine thread to the request's handler."""
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+    def cancel(self) -> None:
+        """The client is gone: the engine thread drops the request at its next step."""
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+
+class Scheduler:
+    def __init__(self, config: Config, slots: int, queue_size: int, metrics: Metrics,
+                 on_failure: Callable[[], None] = lambda: None):
+        """``on_failure`` is called (from the engine thread) when the engine cannot start or fails."""
+        self.config = config
+        self.slots = slots
+        self.queue_size = queue_size
+        self.metrics = metrics
+        self.on_failure = on_failure
+        self.ready = threading.Event()     # the models are loaded (or failed to load: see ``failure``)
+        self.failure: str | None = None    # why the engine could not start, or why saving failed at the end
+        self._inbox: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.RLock()     # shutdown() may run in a signal handler while submit() holds it
+        self._in_flight = 0                # submitted, not yet finished or refused
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="specframe-engine", daemon=True)
+        self._waiting: collections.deque[tuple[Job, np.ndarray]] = collections.deque()
+        self._active: dict[int, tuple[Job, Sequence]] = {}   # by slot
+        self._last_used = [0.0] * slots
+
+    # --- the front end's side ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Hand a request to the engine thread; QueueFull when it cannot take more."""
+        with self._lock:
+            if self._stopping or self.failure:
+                raise QueueFull(self.failure or "the server is shutting down")
+            if self._in_flight >= self.slots + self.queue_size:
+                raise QueueFull(f"all {self.slots} slots are busy and {self.queue_size} requests wait already")
+            self._in_flight += 1
+        self._inbox.put(job)
+
+    def shutdown(self) -> None:
+        """Refuse new requests and end those in flight now (their text so far is sent); the engine thread then
+        saves what drafters persist and frees the models. Returns at once."""
+        with self._lock:
+            self._stopping = True
+        self._inbox.put(None)
+
+    def stop(self) -> None:
+        """``shutdown``, and wait for the engine thread to be done."""
+        self.shutdown()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    # --- the engine thread ------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            engine = Engine(self.config, slots=self.slots)
+        except (Exception, KeyboardInterrupt) as exc:
+            self.failure = str(exc) if isinstance(exc, SpecframeError) else f"{type(exc).__name__}: {exc}"
+            log.error("the engine could not start: %s", self.failure)
+            self.ready.set()
+            self._reject_all()
+            self.on_failure()
+            return
+        try:
+            if engine.pass_cost is not None and self.config.speculative.enabled and self.config.drafters:
+                engine.calibrate()      # now, before the first request waits for it
+            self.ready.set()
+            self._serve(engine)
+        except Exception as exc:        # a failing engine ends the server's requests, and /health says so
+            self.failure = f"the engine failed: {type(exc).__name__}: {exc}"
+            log.exception("the engine failed")
+            self.on_failure()
+        finally:
+            for slot in list(self._active):
+                self._end(engine, slot, "interrupted")
+            self.ready.set()
+            self._reject_all()
+            try:
+                engine.close()
+            except SpecframeError as exc:
+                self.failure = str(exc)
+                log.error("%s", exc)
+
+    def _serve(self, engine: Engine) -> None:
+        while True:
+            idle = not self._active and not self._waiting
+            if not self._take(engine, block=idle):
+                return
+            self._drop_cancelled(engine)
+            self._admit(engine)
+            if self._active:
+                engine.step([sequence for _, sequence in self._active.values()])
+                self._publish(engine)
+            self.metrics.queue(len(self._active), len(self._waiting))
+
+    def _take(self, engine: Engine, block: bool) -> bool:
+        """Tokenize and check the requests that arrived; False once the server stops."""
+        while True:
+            try:
+                job = self._inbox.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if job is None:
+                return False
+            try:
+                tokens = self._tokens(engine, job)
+            except _Refusal as refusal:
+                self._refuse(job, refusal.event)
+                continue
+            except SpecframeError as exc:   # e.g. a chat template llama.cpp cannot apply
+                self._refuse(job, Rejected(400, str(exc), "messages" if job.messages is not None else "prompt"))
+                continue
+            job.send(Accepted(int(tokens.size)))
+            self._waiting.append((job, tokens))
+
+    def _tokens(self, engine: Engine, job: Job) -> np.ndarray:
+        model, field_name = engine.model, "messages" if job.messages is not None else "prompt"
+        if job.messages is not None:
+            if model.chat_template is None:
+                raise _Refusal(400, f"{model.path} has no chat template: use /v1/completions", "messages")
+            messages = job.messages
+            system = self.config.generation.system
+            if system and not any(role in ("system", "developer") for role, _ in messages):
+                messages = [("system", system), *messages]
+            text = model.apply_chat_template([("system" if r == "developer" else r, t) for r, t in messages])
+        else:
+            text = job.prompt
+        tokens = engine.vocab.tokenize(text, add_special=True, parse_special=True)
+        if tokens.size == 0:
+            raise _Refusal(400, f"{field_name}: the prompt is empty", field_name)
+        n_ctx = engine.context.n_ctx
+        if tokens.size >= n_ctx:
+            raise _Refusal(400, f"{field_name}: the prompt has {tokens.size} tokens, more than fit in the "
+                                f"context of {n_ctx} tokens per slot", field_name, "context_length_exceeded")
+        return tokens
+
+    def _drop_cancelled(self, engine: Engine) -> None:
+        for waiting in [w for w in self._waiting if w[0].cancelled]:
+            self._waiting.remove(waiting)
+            self._release()
+        for slot in [slot for slot, (job, _) in self._active.items() if job.cancelled]:
+            self._end(engine, slot, "cancelled")
+
+    def _admit(self, engine: Engine) -> None:
+        free = [slot for slot in range(self.slots) if slot not in self._active]
+        while free and self._waiting:
+            job, tokens = self._waiting.popleft()
+            slot = max(free, key=lambda s: (engine.cached_prefix(s, tokens), -self._last_used[s]))
+            free.remove(slot)
+            sequence = engine.start(tokens, slot=slot, reuse=True, **job.options)
+            self._active[slot] = (job, sequence)
+
+    def _publish(self, engine: Engine) -> None:
+        for slot, (job, sequence) in list(self._active.items()):
+            self._send_text(job, sequence)
+            if sequence.stop_reason is not None:
+                self._end(engine, slot)
+
+    def _send_text(self, job: Job, sequence: Sequence) -> None:
+        text = "".join(sequence.take_text())
+        if text:
+            job.first_text = job.first_text or time.perf_counter()
+            job.send(Text(text))
+
+    def _end(self, engine: Engine, slot: int, reason: str | None = None) -> None:
+        job, sequence = self._active.pop(slot)
+        result = engine.finish(sequence, reason)
+        self._last_used[slot] = time.perf_counter()
+        self._send_text(job, sequence)
+        job.send(Finished(result))
+        self._release()
+        now = time.perf_counter()
+        self.metrics.finished(result, job.first_text and job.first_text - job.arrived, now - job.arrived)
+        log.info("slot %d: %s", slot, format_stats(result).strip())
+
+    def _refuse(self, job: Job, event: Rejected) -> None:
+        job.send(event)
+        self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _reject_all(self) -> None:
+        """Requests still waiting when the engine stops (or never started) are refused."""
+        with self._lock:
+            self._stopping = True
+        refusal = Rejected(503, self.failure or "the server is shutting down")
+        while self._waiting:
+            self._refuse(self._waiting.popleft()[0], refusal)
+        while True:
+            try:
+                job = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                self._refuse(job, refusal)
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        self.event = Rejected(status, message, param, code)
