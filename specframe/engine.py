@@ -215,12 +215,18 @@ class Engine:
         logits = ctx.decode_batch(segments)
         if cost is not None:
             cost.observe(sum(len(segment.tokens) for segment in segments), time.perf_counter() - pass_start)
-        for (s, draft), rows in zip(drafts, logits):
-            self._verify(s, draft, rows)
-        for s, n in chunks:
+        layout = tuple((segment.seq, segment.start_pos, len(segment.tokens), segment.n_logits) for segment in segments)
+        for mine, ((s, draft), rows) in enumerate(zip(drafts, logits)):
+            kept = self._verify(s, draft, rows)
+            if s.trace is not None:
+                s.trace.observe(layout, mine, rows, kept)
+        for mine, (s, n) in enumerate(chunks, start=len(drafts)):
             s.n_past += n
+            if s.trace is not None:
+                s.trace.observe(layout, mine, None, 0)
 
-    def _verify(self, s: Sequence, draft, logits: np.ndarray) -> None:
+    def _verify(self, s: Sequence, draft, logits: np.ndarray) -> int:
+        """Accept what the target agrees with, roll back the rest; return the tokens kept."""
         stats = s.stats
         stats.n_target_passes += 1
         n_accepted, emitted = verify(logits, draft.tokens, draft.probs, s.sampler, s.acceptance)
@@ -232,7 +238,7 @@ class Engine:
             stats.n_accepted += n_accepted
         if s.chain is not None:
             s.chain.accept(n_accepted, emitted)
-        s.commit(emitted, logits, len(draft) + 1)
+        return s.commit(emitted)
 
     def _begin(self, s: Sequence) -> None:
         """The prompt is in: drafters see it, and generation starts."""

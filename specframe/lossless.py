@@ -7,18 +7,19 @@ On quantized models it is far larger: on Qwen2.5-Coder-1.5B Q4_K_M on a 2-core A
 one-at-a-time logits of the same tokens differ by up to 0.75 (median 0.43), and batching alone flips choices
 whose gap is 0.07, also through the KV entries that earlier batches wrote. So a divergence with a larger gap
 is tested directly: the committed tokens (plain decoding's own, up to the divergence) are evaluated again in the
-batch shapes the speculative run used, without any drafter; if that chooses the speculative token, the
-divergence is the arithmetic of batching. A real bug (wrong rollback, wrong acceptance) does not reproduce.
+passes the speculative run made, laid out as they were (beside other requests' segments, in a server), without
+any drafter; if that chooses the speculative token, the divergence is the arithmetic of batching. A real bug
+(wrong rollback, wrong acceptance) does not reproduce.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specframe.llama import Segment
 from specframe.results import GenerationResult
 
 if TYPE_CHECKING:
@@ -77,22 +78,45 @@ def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Eng
 
 
 def _replay_chooses(engine: "Engine", run: GenerationResult, index: int) -> bool:
-    """Evaluate the committed tokens (which equal plain decoding's up to ``index``) in the batch shapes the
-    speculative run used, each pass padded where its rejected drafts were and cut back after it, with no drafter
-    involved; true when that chooses the run's token at ``index``. Rows of a batch do not depend on the other
-    rows' tokens, so this is the run's arithmetic without its drafts: a wrong rollback or acceptance differs."""
+    """Evaluate the committed tokens (which equal plain decoding's up to ``index``) in the passes the speculative
+    run made, each laid out as it was: this request's rejected drafts and the other sequences' segments hold
+    placeholder tokens (the other sequences placeholder histories up to their positions), and this request's
+    entries are cut back after each pass. True when that chooses the run's token at ``index``. A row of a pass
+    depends on the tokens before it in its own sequence and on the pass's shape, not on the values of later rows
+    or other sequences' tokens, so this is the run's arithmetic without its drafts: a wrong rollback or
+    acceptance differs."""
     sequence = np.concatenate([run.prompt, np.asarray(run.tokens[:index + 1], dtype=np.int32)])
-    n_prompt = len(run.prompt)
     context = engine.context
     context.clear()
-    if n_prompt > 1:
-        context.decode(sequence[:n_prompt - 1], 0)
-    # a pass is (start, size) and starts only grow: counting the tuples gives each pass, in order, with the
-    # number of tokens it emitted
-    for (start, size), emitted in Counter(run.passes[:index + 1]).items():
-        committed = sequence[start:start + min(emitted, size)]
-        batch = np.concatenate([committed, np.zeros(size - len(committed), dtype=np.int32)])
-        logits = context.decode(batch, start, all_logits=True)
-        context.truncate(start + len(committed))
-    row = n_prompt + index - 1 - start
-    return int(np.argmax(logits[row])) == run.tokens[index]
+    held = [0] * context.n_seq_max           # positions each sequence holds
+    chosen = 0                               # generated tokens chosen by the passes so far
+    for p in run.passes:
+        segments = []
+        for i, (seq, start, size, n_logits) in enumerate(p.layout):
+            tokens = np.zeros(size, dtype=np.int32)
+            if i == p.mine:
+                right = sequence[start:start + (min(p.kept, size) if p.kept else size)]
+                tokens[:len(right)] = right
+            else:
+                _hold(context, held, seq, start)
+            segments.append(Segment(seq, tokens, start, n_logits))
+        logits = context.decode_batch(segments)[p.mine]
+        seq, start, size, _ = p.layout[p.mine]
+        if chosen + p.kept > index:
+            row = len(run.prompt) + index - 1 - start
+            return int(np.argmax(logits[row])) == run.tokens[index]
+        chosen += p.kept
+        for other_seq, other_start, other_size, _ in p.layout:
+            held[other_seq] = other_start + other_size
+        held[seq] = start + (p.kept if p.kept else size)
+        context.truncate(held[seq], seq)
+    return False
+
+
+def _hold(context, held: list[int], seq: int, n: int) -> None:
+    """Make sequence ``seq`` hold exactly ``n`` positions (placeholder tokens where it held fewer)."""
+    if held[seq] > n:
+        context.truncate(n, seq)
+    elif held[seq] < n:
+        context.decode(np.zeros(n - held[seq], dtype=np.int32), held[seq], seq=seq)
+    held[seq] = n

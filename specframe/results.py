@@ -59,11 +59,11 @@ class GenerationResult:
     n_prompt_tokens: int
     stop_reason: str   # "eog", "max_tokens", "stop", "context_full", "interrupted" or "cancelled"
     stats: RequestStats
-    # With a Trace (track_margins): the top-2 logit gap of the target at each generated token, in the batch that
-    # chose it, and that pass: (position of its first token, number of tokens of this request in it).
+    # With a Trace (track_margins): the top-2 logit gap of the target at each generated token, in the pass that
+    # chose it, and every pass that held this request's tokens (trace.Pass).
     margins: list[float] | None = None
     prompt: np.ndarray | None = None   # the prompt's token ids
-    passes: list[tuple[int, int]] | None = None
+    passes: list | None = None
 
     def as_dict(self) -> dict:
         data = {"text": self.text, "tokens": self.tokens, "n_prompt_tokens": self.n_prompt_tokens,

@@ -82,10 +82,9 @@ class Sequence:
 
     # --- a verified step -------------------------------------------------------------------------------------
 
-    def commit(self, emitted: list[int], logits: np.ndarray, n_batch: int) -> None:
-        """Append what the target emitted after a pass over ``n_batch`` tokens of this sequence (the first at
-        position ``n_past`` before the pass), stopping at an end of generation, a stop string or max_tokens."""
-        start = self.n_past
+    def commit(self, emitted: list[int]) -> int:
+        """Append what the target emitted after a pass, stopping at an end of generation, a stop string or
+        max_tokens; return how many of the tokens were kept."""
         self.n_past += len(emitted)   # the accepted drafts and the last token; the new last token is not in KV
         kept = 0
         for token in emitted:
@@ -106,8 +105,7 @@ class Sequence:
                 self.stop_reason = "max_tokens"
             if self.stop_reason:
                 break
-        if self.trace is not None:
-            self.trace.observe(logits, start, n_batch, kept)
+        return kept
 
     def take_text(self) -> list[str]:
         """The text accepted since the last call."""

@@ -1,24 +1,36 @@
 """An optional observer of a request's target passes, for benchmarks and the lossless check (lossless.py).
 
 For each generated token it records the target's top-2 logit gap in the pass that chose it (how near a tie the
-greedy choice was) and that pass: the position of its first token and how many of this request's tokens it held.
-Requests without a trace record neither.
+greedy choice was), and it records every pass that held some of the request's tokens as it was laid out, so
+that the pass's arithmetic can be repeated without the drafts. Requests without a trace record neither.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from specframe.sampling import top2_margin
 
 
+@dataclass(frozen=True)
+class Pass:
+    """A target pass that held some of this request's tokens."""
+
+    layout: tuple[tuple[int, int, int, int], ...]   # each segment: (sequence, first position, tokens, logits)
+    mine: int                                       # the index of this request's segment
+    kept: int                                       # generated tokens it chose for this request (0: prompt)
+
+
 class Trace:
     def __init__(self):
         self.margins: list[float] = []
-        self.passes: list[tuple[int, int]] = []
+        self.passes: list[Pass] = []
 
-    def observe(self, logits: np.ndarray, start: int, size: int, n_kept: int) -> None:
-        """A pass over ``size`` tokens from position ``start`` chose ``n_kept`` generated tokens from the first rows
-        of ``logits``."""
-        self.margins.extend(top2_margin(logits[:n_kept]).tolist())
-        self.passes.extend([(start, size)] * n_kept)
+    def observe(self, layout: tuple, mine: int, logits: np.ndarray | None, kept: int) -> None:
+        """A pass laid out as ``layout``, whose segment ``mine`` was this request's, chose ``kept`` generated tokens
+        from the first rows of ``logits``."""
+        if kept:
+            self.margins.extend(top2_margin(logits[:kept]).tolist())
+        self.passes.append(Pass(layout, mine, kept))

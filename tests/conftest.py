@@ -64,3 +64,25 @@ def real_model(name: str) -> pathlib.Path:
     from specframe.models import resolve_model
 
     return resolve_model(name)
+
+
+@pytest.fixture
+def together():
+    """``together(engine, prompts, stagger=3, traced=False, **options)``: the prompts (text, raw, or token ids)
+    decoded together on slots 0, 1, ... of one engine, each starting ``stagger`` steps after the one before, so that
+    prompts are read while others generate; their results in order (each with a trace when ``traced``)."""
+    return _together
+
+
+def _together(engine, prompts: list, stagger: int = 3, traced: bool = False, **options):
+    from specframe.trace import Trace
+
+    pending = [engine.prompt_tokens(p, raw=True) if isinstance(p, str) else p for p in prompts]
+    running, steps = [], 0
+    while pending or any(s.stop_reason is None for s in running):
+        if pending and steps % stagger == 0:
+            trace = Trace() if traced else None
+            running.append(engine.start(pending.pop(0), slot=len(running), trace=trace, **options))
+        engine.step([s for s in running if s.stop_reason is None])
+        steps += 1
+    return [engine.finish(s) for s in running]

@@ -53,21 +53,8 @@ def engines(write_config, target_path, draft_path):
         engine.close()
 
 
-def together(engine: Engine, prompts: list[str], stagger: int = 3, **options):
-    """Run the prompts on slots 0, 1, ... of one engine, each starting ``stagger`` steps after the one before (so
-    that prompts are read while others generate); return their results in order."""
-    pending = [engine.prompt_tokens(p, raw=True) for p in prompts]
-    running, steps = [], 0
-    while pending or any(s.stop_reason is None for s in running):
-        if pending and steps % stagger == 0:
-            running.append(engine.start(pending.pop(0), slot=len(running), **options))
-        engine.step([s for s in running if s.stop_reason is None])
-        steps += 1
-    return [engine.finish(s) for s in running]
-
-
 @pytest.mark.parametrize("speculative", ["adaptive = false", "adaptive = true"])
-def test_greedy_output_is_the_same_alone_or_beside_three_others(engines, speculative):
+def test_greedy_output_is_the_same_alone_or_beside_three_others(engines, together, speculative):
     engine = engines(4, speculative)
     plain = [engine.generate(p, raw=True, speculative=False, track_margins=True) for p in PROMPTS]
     alone = [engine.generate(p, raw=True) for p in PROMPTS]
@@ -79,7 +66,7 @@ def test_greedy_output_is_the_same_alone_or_beside_three_others(engines, specula
         assert all(r.stats.n_accepted > 0 and r.stats.n_target_passes < 120 for r in batched)
 
 
-def test_every_sequence_is_rolled_back_on_its_own(engines):
+def test_every_sequence_is_rolled_back_on_its_own(engines, together):
     engine = engines(4)
     batched = together(engine, PROMPTS, stagger=1)
     rejected = [r.stats.n_drafted - r.stats.n_accepted for r in batched]
@@ -88,14 +75,14 @@ def test_every_sequence_is_rolled_back_on_its_own(engines):
         assert result.tokens == engine.generate(prompt, raw=True, speculative=False).tokens
 
 
-def test_a_small_batch_holds_drafts_and_prompts_within_n_batch(engines):
+def test_a_small_batch_holds_drafts_and_prompts_within_n_batch(engines, together):
     engine = engines(4, n_batch=24)           # four sequences of [last, 16 drafted] would need 68
     batched = together(engine, PROMPTS, stagger=1)
     for prompt, result in zip(PROMPTS, batched):
         assert result.tokens == engine.generate(prompt, raw=True, speculative=False).tokens
 
 
-def test_a_slot_keeps_the_longest_shared_prefix_for_the_next_request(engines):
+def test_a_slot_keeps_the_longest_shared_prefix_for_the_next_request(engines, together):
     engine = engines(2)
     first = engine.prompt_tokens(PROMPTS[0], raw=True)
     [done] = together(engine, [PROMPTS[0]])
@@ -121,3 +108,21 @@ def test_slots_share_what_drafters_share_and_keep_the_rest_apart(engines):
     assert drafts[0].context.n_seq_max == 3
     cycles = [d["cycle"] for d in by_name]                                    # a plugin knows nothing of slots
     assert len({id(c) for c in cycles}) == 3 and type(cycles[0]).__module__ == "specframe_cycle"
+
+
+def test_the_lossless_check_replays_the_passes_a_request_shared(engines, together):
+    import dataclasses
+
+    from specframe.lossless import _replay_chooses
+
+    engine = engines(4)
+    batched = together(engine, PROMPTS, stagger=1, traced=True)
+    layouts = [p.layout for p in batched[1].passes]
+    assert any(len(layout) == 4 for layout in layouts)                 # it shared passes with all three others
+    for index in (0, 40, 119):                                          # the replay repeats the run's own choices
+        assert _replay_chooses(engine, batched[1], index)
+    plain = engine.generate(PROMPTS[1], raw=True, speculative=False, track_margins=True)
+    index = max(range(5, 100), key=lambda i: plain.margins[i])        # where the target was sure
+    wrong = (plain.tokens[index] + 1) % engine.vocab.n_tokens
+    forged = dataclasses.replace(batched[1], tokens=plain.tokens[:index] + [wrong] + plain.tokens[index + 1:])
+    assert "a real difference" in str(compare(plain, forged, engine))

@@ -129,14 +129,13 @@ def test_sequences_in_one_batch_are_evaluated_and_rolled_back_apart(model):
         rows_a, rows_b = both.decode_batch([Segment(0, a, 0, len(a)), Segment(1, b, 0, 1)])
         assert rows_a.shape == (len(a), model.vocab.n_tokens) and rows_b.shape == (1, model.vocab.n_tokens)
         want_b = alone.decode(b, 0)
-        np.testing.assert_allclose(rows_b, want_b, atol=1e-3)
+        np.testing.assert_array_equal(rows_b, want_b)            # a buffer of its own: the same arithmetic
         both.truncate(2, seq=0)                                  # sequence 0 only
         assert both.positions(0) == 2 and both.positions(1) == len(b)
         (got,) = both.decode_batch([Segment(0, more, 2, len(more))])
         got = got.copy()
         alone.clear()
         want = alone.decode(np.concatenate([a[:2], more]), 0, all_logits=True)[2:]
-        np.testing.assert_allclose(got, want, atol=1e-3)
-        assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
+        np.testing.assert_array_equal(got, want)
         with pytest.raises(ValueError, match="sequence 2"):
             both.decode_batch([Segment(2, a, 0, 1)])

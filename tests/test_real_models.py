@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from specframe.cli import main
+from specframe.config import load_config
 from specframe.engine import Engine
 from specframe.errors import ModelError
 from specframe.bench.workloads import workload
@@ -140,3 +141,16 @@ def test_every_ngram_drafter_is_accepted_on_a_code_editing_prompt(tmp_path):
         chain = engine.generate(prompt, max_tokens=160, track_margins=True)
         assert set(chain.stats.drafters) == set(NGRAM_FAMILY) | {"prompt-lookup"}
         assert compare(plain, chain, engine).ok
+
+
+def test_qwen_pair_beside_three_other_requests_keeps_the_targets_greedy_output(tmp_path, together):
+    """Four workloads decoded together in one context (a server's slots), each against its plain greedy answer:
+    any divergence is at a near-tie, or the arithmetic of the passes the request shared (replayed)."""
+    prompts = [workload(name).prompt for name in ("code-editing", "quoting", "code-generation", "open-prose")]
+    with Engine(load_config(with_fixed_lengths(REPO / "config.example.toml", tmp_path)), slots=4) as engine:
+        prompts = [engine.prompt_tokens(p) for p in prompts]
+        plain = [engine.generate(p, speculative=False, max_tokens=64, track_margins=True) for p in prompts]
+        batched = together(engine, prompts, max_tokens=64, traced=True)
+        verdicts = [compare(alone, beside, engine) for alone, beside in zip(plain, batched)]
+    assert all(verdict.ok for verdict in verdicts), [str(verdict) for verdict in verdicts]
+    assert sum(r.stats.n_accepted for r in batched) > 0

@@ -100,7 +100,6 @@ const char * llama_model_chat_template(const struct llama_model * model, const c
 struct llama_context * llama_init_from_model(struct llama_model * model, struct llama_context_params params);
 void llama_free(struct llama_context * ctx);
 uint32_t llama_n_ctx(const struct llama_context * ctx);
-uint32_t llama_n_ctx_seq(const struct llama_context * ctx);
 uint32_t llama_n_batch(const struct llama_context * ctx);
 void llama_set_n_threads(struct llama_context * ctx, int32_t n_threads, int32_t n_threads_batch);
 

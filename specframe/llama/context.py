@@ -100,7 +100,12 @@ class Context(Handle):
     def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, n_seq_max: int = 1):
         """``n_ctx`` is per sequence; ``n_threads`` evaluate single tokens, ``n_threads_batch`` (default: the
-        same) every batch of more than one token, as llama.cpp uses them."""
+        same) every batch of more than one token, as llama.cpp uses them.
+
+        Each sequence has a KV buffer of its own, so a sequence's logits do not depend on what the others hold
+        (a shared buffer makes attention sum over every sequence's cells, masked, and changes its rounding).
+        llama.cpp evaluates a batch over several sequences in parts in which each has as many tokens, e.g. a
+        sequence verifying 16 drafted tokens beside three verifying one in two: 4 x 1 tokens, then 15."""
         self._ffi, self._lib = model._ffi, model._lib
         self.model = model
         threads = n_threads or default_threads()
@@ -120,7 +125,7 @@ class Context(Handle):
         self._handle = handle
         self._memory = self._lib.llama_get_memory(handle)
         self.n_seq_max = n_seq_max
-        self.n_ctx: int = self._lib.llama_n_ctx_seq(handle)     # llama.cpp rounds it up (to 256)
+        self.n_ctx: int = self._lib.llama_n_ctx(handle) // n_seq_max   # llama.cpp rounds it up (to 256)
         self.n_batch: int = self._lib.llama_n_batch(handle)
         self.n_vocab: int = model.vocab.n_tokens
         self._batch = Batch(model, self.n_batch)
