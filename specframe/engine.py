@@ -145,6 +145,10 @@ class Engine:
         differ = np.flatnonzero(kept[:n] != prompt[:n])
         return int(differ[0]) if differ.size else n
 
+    def kept(self, slot: int) -> int:
+        """How many tokens sequence ``slot`` holds in memory from its last request."""
+        return len(self._kept[slot])
+
     def finish(self, sequence: Sequence, reason: str | None = None) -> GenerationResult:
         """End a request; its slot keeps the tokens in memory for the next request's prompt (``reuse``)."""
         self._kept[sequence.seq] = sequence.history[:sequence.n_past].copy()

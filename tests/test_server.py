@@ -257,6 +257,19 @@ def test_a_chat_s_next_turn_evaluates_only_its_new_tokens(server):
     assert second.usage.prompt_tokens_details.cached_tokens == timings["cache_n"]
 
 
+def test_an_unrelated_request_leaves_a_conversation_s_slot_alone(config_path):
+    with serving(config_path, slots=2) as running:
+        client = running.client()
+        first = [{"role": "user", "content": "tell me about the quick brown fox and the lazy dog"}]
+        answer = client.chat.completions.create(model="target", messages=first, max_tokens=24, temperature=0)
+        other = chat(client, "target", "something else", max_tokens=8)   # shares only the template's start
+        assert other.model_extra["timings"]["cache_n"] == 0                  # it took the empty slot
+        turns = first + [{"role": "assistant", "content": answer.choices[0].message.content},
+                         {"role": "user", "content": "and then?"}]
+        second = client.chat.completions.create(model="target", messages=turns, max_tokens=8, temperature=0)
+        assert second.model_extra["timings"]["cache_n"] >= answer.usage.prompt_tokens
+
+
 def test_metrics_count_drafts_per_drafter_and_position(server):
     chat(server.client(), "target", PROMPTS[1], max_tokens=40)
     samples = server.metrics()

@@ -6,8 +6,9 @@ pieces, then ``Finished``. A job that the client gave up on is cancelled, and it
 
 Continuous batching: every step is one target pass over all the slots that hold a request (engine.step). A
 waiting request takes the free slot whose memory shares the longest prefix with its prompt, so only the rest is
-evaluated: a chat's next turn finds its history in place. Ties go to the slot used least recently, which keeps
-the other slots' memories for longer.
+evaluated: a chat's next turn finds its history in place. A slot counts only if that prefix is at least half of
+what it holds (as llama-server's similarity rule: a shared system prompt is not worth another conversation's
+memory); otherwise the request takes the slot used least recently, an empty one first.
 """
 
 from __future__ import annotations
@@ -232,10 +233,16 @@ class Scheduler:
         free = [slot for slot in range(self.slots) if slot not in self._active]
         while free and self._waiting:
             job, tokens = self._waiting.popleft()
-            slot = max(free, key=lambda s: (engine.cached_prefix(s, tokens), -self._last_used[s]))
+            slot = max(free, key=lambda s: (self._reusable(engine, s, tokens), -self._last_used[s]))
             free.remove(slot)
             sequence = engine.start(tokens, slot=slot, reuse=True, **job.options)
             self._active[slot] = (job, sequence)
+
+    @staticmethod
+    def _reusable(engine: Engine, slot: int, tokens: np.ndarray) -> int:
+        """The prompt tokens the slot's memory would spare evaluating, if it keeps at least half of it."""
+        common = engine.cached_prefix(slot, tokens)
+        return common if 2 * common >= engine.kept(slot) else 0
 
     def _publish(self, engine: Engine) -> None:
         for slot, (job, sequence) in list(self._active.items()):
