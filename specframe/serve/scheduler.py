@@ -141,7 +141,7 @@ class Scheduler:
     def _run(self) -> None:
         try:
             engine = Engine(self.config, slots=self.slots)
-        except (Exception, KeyboardInterrupt) as exc:
+        except Exception as exc:
             self.failure = str(exc) if isinstance(exc, SpecframeError) else f"{type(exc).__name__}: {exc}"
             log.error("the engine could not start: %s", self.failure)
             self.ready.set()
@@ -149,8 +149,9 @@ class Scheduler:
             self.on_failure()
             return
         try:
-            if engine.pass_cost is not None and self.config.speculative.enabled and self.config.drafters:
-                engine.calibrate()      # now, before the first request waits for it
+            if self.config.speculative.enabled and engine.chain() is not None:   # the drafters, loaded now
+                if engine.pass_cost is not None:
+                    engine.calibrate()      # now, before the first request waits for it
             self.ready.set()
             self._serve(engine)
         except Exception as exc:        # a failing engine ends the server's requests, and /health says so
