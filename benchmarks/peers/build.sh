@@ -2,8 +2,9 @@
 # Build the peers that benchmarks/peers/run.py measures specframe against, from the pinned llama.cpp (0c1e570) with
 # the CPU flags of our libllama build (./build_llama.sh --print-cmake-args), and print their folder as the last
 # line of stdout:
-#   bin/   llama.cpp's llama-bench, llama-completion, llama-speculative-simple, llama-lookup (and their libraries)
-#   venv/  llama-cpp-python 0.3.36 built from its sdist, the same flags passed through CMAKE_ARGS
+#   bin/     llama.cpp's llama-bench, llama-completion, llama-speculative-simple, llama-lookup (and their libraries)
+#   server/  llama.cpp's llama-server (and its libraries), without its web UI, for benchmarks/serving.py
+#   venv/    llama-cpp-python 0.3.36 built from its sdist, the same flags passed through CMAKE_ARGS
 #
 #   benchmarks/peers/build.sh [--force] [--jobs N] [--cuda] [--tools-only]
 #
@@ -14,7 +15,8 @@
 # ${SPECFRAME_CACHE:-${XDG_CACHE_HOME:-~/.cache}/specframe}/src/llama.cpp-0c1e570 (run here when it is missing).
 # Cache: <cache>/peers/<key>/, <key> hashing the source identity, the sdist, the flags, the compiler and
 # RECIPE_VERSION; each part is marked complete on its own, so a second run builds nothing and a failed part is
-# all that a rerun builds. First build: about 25 minutes on 2 cores (15 the tools, 10 llama-cpp-python).
+# all that a rerun builds. First build: about 35 minutes on 2 cores (15 the tools, 10 llama-server, 10
+# llama-cpp-python).
 set -euo pipefail
 
 TAG=peers/build
@@ -76,6 +78,24 @@ if [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/bin/.complete" ]; then
     touch "$OUT_DIR/bin/.complete"
 else
     say "llama.cpp tools are up to date in $OUT_DIR/bin"
+fi
+
+# --- llama-server ---------------------------------------------------------------------------------------------
+# Built apart from the tools (the same flags plus the server's), so that adding it rebuilt nothing else; the UI is
+# left out (it would be fetched from the network) and is not measured.
+if [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/server/.complete" ]; then
+    BUILD_DIR="$CACHE_DIR/peers/build-server-$KEY"
+    say "building llama-server from $SRC_DIR (first time: about 10 minutes on 2 cores)"
+    logged "$OUT_DIR/server-configure.log" "cmake configure (llama-server)" cmake -S "$SRC_DIR" -B "$BUILD_DIR" \
+        "${TOOLS_CMAKE_ARGS[@]}" -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+    logged "$OUT_DIR/server-build.log" "the llama-server build" cmake --build "$BUILD_DIR" -j "$JOBS" --target llama-server
+    rm -rf "$OUT_DIR/server" && mkdir -p "$OUT_DIR/server"
+    cp -P "$BUILD_DIR"/bin/*.so* "$OUT_DIR/server/"
+    cp "$BUILD_DIR/bin/llama-server" "$OUT_DIR/server/"
+    rm -rf "$BUILD_DIR"
+    touch "$OUT_DIR/server/.complete"
+else
+    say "llama-server is up to date in $OUT_DIR/server"
 fi
 
 # --- llama-cpp-python -----------------------------------------------------------------------------------------
