@@ -1,0 +1,338 @@
+"""specframe serve against llama.cpp's llama-server -np 4 on this machine (DESIGN.md section 6, item 6; issue 10).
+
+    python benchmarks/serving.py [--config config.example.toml] [--clients 1 2 4] [--requests 8]
+                                 [--max-tokens N] [--peers DIR | --no-peer] [--out benchmarks/SERVING.md]
+
+Each server runs alone on 127.0.0.1 with 4 slots, the config's target and context per slot, the same threads and
+the same draft model and n-gram types (llama-server: -md with the config's draft-model file, --spec-type with the
+n-gram drafters llama.cpp has; prompt lookup has no llama.cpp counterpart). For each number of clients, that many
+clients send --requests streamed chat requests in all, one after another each, cycling through the built-in
+workloads (greedy, each workload's token budget or --max-tokens). Reported per server and client count: aggregate
+generated tokens per second (all tokens over the wall time), and the median and 90th percentile of request latency
+and of time to the first text. Then a chat's second turn (the first turn's answer plus a question) shows how much
+of its prompt each server found in its cache (cache_n) and evaluated (prompt_n).
+
+Not a test: timings are meaningful only on an otherwise idle machine. Builds llama-server first when needed
+(benchmarks/peers/build.sh). Writes the Markdown report (--out) and the same as JSON beside it (every request);
+the servers' logs go to a temporary folder, named at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import pathlib
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+import httpx
+
+from specframe.bench.workloads import workloads
+from specframe.config import Config, load_config
+from specframe.llama import default_threads
+from specframe.models import resolve_model
+from specframe.requantized import requantized
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent
+SLOTS = 4
+LLAMA_CPP_NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+SECOND_TURN = "Thank you. Now explain in one sentence what you changed or wrote."
+
+
+def say(message: str) -> None:
+    print(f"[serving] {message}", file=sys.stderr, flush=True)
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Request:
+    workload: str
+    message: str
+    max_tokens: int
+
+
+@dataclass
+class Outcome:
+    workload: str
+    tokens: int
+    seconds: float            # request sent -> last event
+    first_text: float | None  # request sent -> first text
+
+
+@dataclass
+class Row:
+    server: str
+    clients: int
+    requests: int
+    tokens: int
+    wall_seconds: float
+    tokens_per_second: float
+    latency_median: float
+    latency_p90: float
+    first_text_median: float | None
+
+
+# --- the servers ---------------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running(name: str, command: list[str], port: int, log: pathlib.Path) -> Iterator[str]:
+    """Start a server, wait until /health answers 200, yield its URL; stop it (SIGTERM, then SIGKILL) at the end."""
+    url = f"http://127.0.0.1:{port}"
+    with open(log, "w") as out:
+        say(f"starting {name}: {' '.join(command)}")
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            deadline = time.monotonic() + 600            # a first run may fetch models and measure pass costs
+            while True:
+                if process.poll() is not None:
+                    raise BenchError(f"{name} exited with {process.returncode} (log: {log})")
+                try:
+                    if httpx.get(url + "/health", timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise BenchError(f"{name} did not get ready within 10 minutes (log: {log})")
+                time.sleep(0.5)
+            yield url
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def specframe_command(config_path: pathlib.Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "specframe.cli", "serve", "-c", str(config_path), "--host", "127.0.0.1",
+            "--port", str(port), "--slots", str(SLOTS)]
+
+
+def llama_server_command(binary: pathlib.Path, config: Config, port: int) -> list[str]:
+    """llama-server with the config's target, context per slot, threads, draft model and n-gram types."""
+    t, speculative = config.target, config.speculative
+    threads = t.threads or default_threads()
+    command = [str(binary), "-m", str(resolve_model(t.model, config.directory)), "-c", str(t.n_ctx * SLOTS),
+               "-np", str(SLOTS), "-t", str(threads), "-tb", str(threads), "-b", str(t.n_batch),
+               "-ngl", str(t.n_gpu_layers), "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+    types = [d.type for d in config.drafters if d.type in LLAMA_CPP_NGRAM_TYPES]
+    for drafter in config.drafters:
+        if drafter.type == "draft-model":
+            p = drafter.params
+            model = resolve_model(p.model, config.directory)
+            if p.quantize != "none":
+                model = requantized(model, p.quantize)
+            command += ["-md", str(model), "--spec-draft-n-max", str(min(p.n_max, speculative.n_max)),
+                        "--spec-draft-n-min", str(p.n_min), "--spec-draft-p-min", str(p.p_min),
+                        "-ngld", str(t.n_gpu_layers)]
+            types.insert(0, "draft-simple")
+    if types:
+        command += ["--spec-type", ",".join(types)]
+    return command
+
+
+# --- the clients ---------------------------------------------------------------------------------------------------
+
+def ask(url: str, request: Request, messages: list[dict] | None = None) -> tuple[Outcome, dict]:
+    """One streamed, greedy chat request: its outcome, and its answer's text and timings."""
+    body = {"messages": messages or [{"role": "user", "content": request.message}], "stream": True,
+            "max_tokens": request.max_tokens, "temperature": 0.0, "stream_options": {"include_usage": True}}
+    start, first, tokens, text, timings = time.perf_counter(), None, 0, [], {}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=3600) as response:
+        if response.status_code != 200:
+            raise BenchError(f"{url}: HTTP {response.status_code}: {response.read().decode(errors='replace')}")
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: "):])
+            for choice in chunk.get("choices") or []:
+                if content := (choice.get("delta") or {}).get("content"):
+                    first = first or time.perf_counter()
+                    text.append(content)
+            tokens = (chunk.get("usage") or {}).get("completion_tokens", tokens)
+            timings = chunk.get("timings", timings)
+    end = time.perf_counter()
+    return Outcome(request.workload, tokens, end - start, first and first - start), {"text": "".join(text),
+                                                                                     "timings": timings}
+
+
+def measure(name: str, url: str, requests: list[Request], clients: int) -> tuple[Row, list[Outcome]]:
+    """``clients`` clients share the requests (client i sends i, i + clients, ...), each one after another."""
+    outcomes: list[Outcome] = []
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def client(mine: list[Request]) -> None:
+        try:
+            for request in mine:
+                outcome, _ = ask(url, request)
+                with lock:
+                    outcomes.append(outcome)
+        except BaseException as exc:   # reported after the others finish
+            failures.append(exc)
+
+    threads = [threading.Thread(target=client, args=(requests[i::clients],)) for i in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    if failures:
+        raise BenchError(f"{name}: {failures[0]}")
+    latencies = sorted(o.seconds for o in outcomes)
+    firsts = [o.first_text for o in outcomes if o.first_text is not None]
+    tokens = sum(o.tokens for o in outcomes)
+    row = Row(name, clients, len(outcomes), tokens, wall, tokens / wall, statistics.median(latencies),
+              latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+              statistics.median(firsts) if firsts else None)
+    return row, outcomes
+
+
+def second_turn(url: str, request: Request) -> dict:
+    """A chat's second turn: how much of its prompt the server kept from the first."""
+    _, first = ask(url, request)
+    messages = [{"role": "user", "content": request.message}, {"role": "assistant", "content": first["text"]},
+                {"role": "user", "content": SECOND_TURN}]
+    _, second = ask(url, Request(request.workload, SECOND_TURN, 32), messages)
+    t1, t2 = first["timings"], second["timings"]
+    return {"first_prompt_n": t1.get("prompt_n"), "first_predicted_n": t1.get("predicted_n"),
+            "second_cache_n": t2.get("cache_n"), "second_prompt_n": t2.get("prompt_n")}
+
+
+def bench_server(name: str, command: list[str], port: int, requests: list[Request], clients: list[int],
+                 log: pathlib.Path) -> tuple[list[Row], dict, list[dict]]:
+    with running(name, command, port, log) as url:
+        ask(url, Request("warm-up", "Say hello.", 4))
+        rows, outcomes = [], []
+        for n in clients:
+            say(f"{name}: {n} client(s), {len(requests)} requests")
+            row, done = measure(name, url, requests, n)
+            say(f"{name}: {n} client(s): {row.tokens_per_second:.2f} tokens/s, median latency "
+                f"{row.latency_median:.1f} s")
+            rows.append(row)
+            outcomes += [asdict(o) | {"clients": n} for o in done]
+        turn = second_turn(url, requests[0])
+    return rows, turn, outcomes
+
+
+# --- the report ----------------------------------------------------------------------------------------------------
+
+def report(meta: dict, rows: list[Row], turns: dict[str, dict]) -> str:
+    lines = [f"# Serving: specframe serve vs llama-server -np {SLOTS}", "",
+             f"`{meta['command']}` on {meta['date']}; CPU: {meta['cpu']}; {meta['threads']} threads; "
+             f"config `{meta['config']}`; {meta['requests']} requests per client count, a mix of "
+             f"{', '.join(meta['workloads'])}; greedy, streamed.", "",
+             "| server | clients | tokens | wall s | aggregate tok/s | x 1 client | latency median s | p90 s | "
+             "first text median s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    single = {r.server: r.tokens_per_second for r in rows if r.clients == min(x.clients for x in rows)}
+    for r in rows:
+        first = f"{r.first_text_median:.2f}" if r.first_text_median is not None else "-"
+        lines.append(f"| {r.server} | {r.clients} | {r.tokens} | {r.wall_seconds:.1f} | {r.tokens_per_second:.2f} | "
+                     f"{r.tokens_per_second / single[r.server]:.2f}x | {r.latency_median:.1f} | "
+                     f"{r.latency_p90:.1f} | {first} |")
+    servers = sorted({r.server for r in rows})
+    if len(servers) == 2:
+        lines += ["", "| clients | specframe / llama-server (aggregate tok/s) |", "|---:|---:|"]
+        by = {(r.server, r.clients): r.tokens_per_second for r in rows}
+        for n in sorted({r.clients for r in rows}):
+            lines.append(f"| {n} | {by['specframe', n] / by['llama-server', n]:.2f}x |")
+    lines += ["", "A chat's second turn (the first answer plus a question):", "",
+              "| server | first turn prompt_n | first turn predicted_n | second turn cache_n | second turn prompt_n |",
+              "|---|---:|---:|---:|---:|"]
+    for server, t in turns.items():
+        lines.append(f"| {server} | {t['first_prompt_n']} | {t['first_predicted_n']} | {t['second_cache_n']} | "
+                     f"{t['second_prompt_n']} |")
+    return "\n".join(lines) + "\n"
+
+
+# --- main ----------------------------------------------------------------------------------------------------------
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=pathlib.Path, default=REPO / "config.example.toml",
+                        help="specframe's config (default: config.example.toml)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4], help="client counts (default 1 2 4)")
+    parser.add_argument("--requests", type=int, default=8, help="requests per client count (default 8)")
+    parser.add_argument("--max-tokens", type=int, help="token budget of every request (default: the workload's)")
+    parser.add_argument("--peers", type=pathlib.Path, metavar="DIR",
+                        help="the peers build (its server/llama-server) instead of running benchmarks/peers/build.sh")
+    parser.add_argument("--no-peer", action="store_true", help="measure specframe serve alone")
+    parser.add_argument("--out", type=pathlib.Path, default=HERE / "SERVING.md", help="Markdown report")
+    args = parser.parse_args()
+    if args.requests < 1 or min(args.clients) < 1 or (args.max_tokens is not None and args.max_tokens < 1):
+        parser.error("--requests, --clients and --max-tokens must be >= 1")
+    return args
+
+
+def llama_server(peers: pathlib.Path | None) -> pathlib.Path:
+    if peers is None:
+        proc = subprocess.run([str(HERE / "peers" / "build.sh")], stdout=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            raise BenchError("benchmarks/peers/build.sh failed (see above)")
+        peers = pathlib.Path(proc.stdout.strip().splitlines()[-1])
+    binary = peers / "server" / "llama-server"
+    if not binary.is_file():
+        raise BenchError(f"{binary} is missing: run benchmarks/peers/build.sh")
+    return binary
+
+
+def main() -> None:
+    args = parse_args()
+    config = load_config(args.config)
+    chosen = workloads((), args.max_tokens)
+    requests = [Request(w.name, w.prompt, w.max_tokens) for w in (chosen * args.requests)[:args.requests]]
+    servers = [("specframe", lambda port: specframe_command(args.config.resolve(), port))]
+    if not args.no_peer:
+        binary = llama_server(args.peers)
+        servers.append(("llama-server", lambda port: llama_server_command(binary, config, port)))
+    rows, turns, runs = [], {}, []
+    logs = pathlib.Path(tempfile.mkdtemp(prefix="specframe-serving-"))
+    for name, command in servers:
+        port = free_port()
+        server_rows, turns[name], outcomes = bench_server(name, command(port), port, requests, args.clients,
+                                                          logs / f"{name}.log")
+        rows += server_rows
+        runs += [o | {"server": name} for o in outcomes]
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    cpu = re.search(r"^Model name:\s*(.+)$", lscpu, re.MULTILINE)
+    meta = {"command": " ".join(["python", *sys.argv]), "date": datetime.date.today().isoformat(),
+            "cpu": cpu.group(1).strip() if cpu else "unknown", "threads": config.target.threads or default_threads(),
+            "config": str(args.config), "requests": args.requests, "workloads": [w.name for w in chosen],
+            "commands": {name: command(0) for name, command in servers}}
+    args.out.write_text(report(meta, rows, turns))
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
+                                                         "second_turn": turns, "requests": runs}, indent=1) + "\n")
+    print(args.out.read_text())
+    say(f"wrote {args.out} and {args.out.with_suffix('.json')}; the servers' logs are in {logs}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BenchError as exc:
+        sys.exit(f"[serving] error: {exc}")
