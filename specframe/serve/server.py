@@ -64,11 +64,15 @@ class Server(uvicorn.Server):
         self.scheduler.shutdown()
         super().handle_exit(sig, frame)
 
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        # Said once connections are accepted: a bound socket refuses them until uvicorn listens on it.
+        log.info("listening on http://%s:%d (%d slots; OpenAI API under /v1)", *self.address, self.settings.slots)
+
     def serve_forever(self) -> None:
         """Listen until stopped; raise the reason when the engine failed (or could not save at the end)."""
         socket = self.config.bind_socket()
         self.address = socket.getsockname()[:2]
-        log.info("listening on http://%s:%d (%d slots; OpenAI API under /v1)", *self.address, self.settings.slots)
         try:
             self.run(sockets=[socket])
         finally:
