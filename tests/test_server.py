@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specframe.config import load_config
 from specframe.engine import Engine
 from specframe.ngram_cache import NgramCache
-from specframe.serve.server import Server
+from specframe.serve.server import Server, model_name
 
 MAX_SECONDS = 120
 MAX_REQUESTS = 60
@@ -417,6 +417,13 @@ save_dynamic = true
         process.wait()
     assert "drafted:" in stderr and "ngram-cache" in stderr and "Traceback" not in stderr   # per-request statistics
     assert len(NgramCache.load(tmp_path / "dynamic.ngc")) > 0
+
+
+def test_the_model_id_is_the_catalog_name_or_the_file_name_without_gguf(one_slot_config):
+    config = load_config(one_slot_config)
+    for model, name in [("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-1.5b-instruct-q4_k_m"),
+                        ("/models/target.gguf", "target")]:
+        assert model_name(dataclasses.replace(config, target=dataclasses.replace(config.target, model=model))) == name
 
 
 def test_serve_refuses_bad_options_in_one_line(one_slot_config):

@@ -26,7 +26,7 @@ GRACE_SECONDS = 10   # after the requests were ended, the longest wait for their
 
 def model_name(config: Config) -> str:
     """The model's id in the API: [server] model_name, else the target's catalog name or file name."""
-    return config.server.model_name or pathlib.Path(config.target.model).stem
+    return config.server.model_name or pathlib.Path(config.target.model).name.removesuffix(".gguf")
 
 
 def build_app(config: Config, on_failure=lambda: None) -> FastAPI:
