@@ -91,7 +91,8 @@ case "$BACKEND" in
             say "no libcuda.so (NVIDIA driver) on this machine: building without CUDA VMM (GGML_CUDA_NO_VMM=ON)"
             BACKEND_ARGS+=(-DGGML_CUDA_NO_VMM=ON)
         fi
-        if ! ls "$cuda_root"/lib64/libcublas.so* "$cuda_root"/lib/libcublas.so* "$cuda_root"/targets/*/lib/libcublas.so* >/dev/null 2>&1; then
+        if ! ls "$cuda_root"/lib64/libcublas.so* "$cuda_root"/lib/libcublas.so* "$cuda_root"/targets/*/lib/libcublas.so* >/dev/null 2>&1 \
+                && ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
             # Some toolkits ship without cuBLAS; NVIDIA publishes it on PyPI.
             cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
             cublas_dir="$CACHE_DIR/cublas-cu$cuda_major"

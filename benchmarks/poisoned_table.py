@@ -25,6 +25,8 @@ import time
 
 from specframe.bench.workloads import workloads
 from specframe.engine import Engine
+from specframe.llama import library_prefix
+from specframe.paths import models_dir
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -51,7 +53,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-tokens", type=int)
     args = parser.parse_args()
-    os.environ["SPECFRAME_CACHE"] = tempfile.mkdtemp(prefix="specframe-poison-")   # never the user's table
+    # A cache of its own (never the user's table), sharing only the libllama build and the models.
+    os.environ.setdefault("SPECFRAME_LLAMA_PREFIX", str(library_prefix()))
+    os.environ.setdefault("SPECFRAME_MODELS", str(models_dir()))
+    os.environ["SPECFRAME_CACHE"] = tempfile.mkdtemp(prefix="specframe-poison-")
     with Engine.from_config(args.config) as engine:
         clean = engine.calibrate().measured
     results: dict[tuple[str, str], list] = {}

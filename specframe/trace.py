@@ -22,6 +22,16 @@ class Pass:
     mine: int                                       # the index of this request's segment
     kept: int                                       # generated tokens it chose for this request (0: prompt)
 
+    @property
+    def size(self) -> int:
+        """Tokens in the whole pass, every sequence's."""
+        return sum(tokens for _, _, tokens, _ in self.layout)
+
+    @property
+    def verifies(self) -> bool:
+        """It verified this request's last token and draft (else it read part of the request's prompt)."""
+        return self.layout[self.mine][3] > 0
+
 
 class Trace:
     def __init__(self):

@@ -2,12 +2,14 @@
 
 import json
 import pathlib
+import time
 
 import pytest
 from click.testing import CliRunner
 
 from specframe.cli import main
 from specframe.config import load_config
+from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import ModelError
 from specframe.bench.workloads import workload
@@ -56,7 +58,7 @@ def test_qwen_pair_speculative_greedy_matches_plain_up_to_near_ties(qwen, prompt
     verdict = compare(plain, spec, qwen)
     assert verdict.ok, str(verdict)
     assert spec.stats.n_accepted > 0 and spec.stats.tokens_per_pass > 1.5
-    assert set(spec.stats.drafters) == {"prompt-lookup", "draft-model"}
+    assert set(spec.stats.drafters) == {"prompt-lookup", "ngram-simple", "ngram-mod", "draft-model"}
     if prompt is CODE_EDIT:
         assert "def rectangle_area(" in (spec.text if verdict.identical else plain.text)
 
@@ -67,7 +69,34 @@ def test_qwen_answers_the_example_prompt_from_the_cli():
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert "def " in data["text"] and "prime" in data["text"].lower()
-    assert data["stats"]["n_accepted"] > 0
+    drafters = data["stats"]["drafters"]
+    assert set(drafters) == {"prompt-lookup", "ngram-simple", "ngram-mod", "draft-model"}
+    assert drafters["draft-model"]["note"] == "re-quantized to q4_0" and drafters["draft-model"]["calls"] >= 1
+    assert all(d["calls"] > 10 for name, d in drafters.items() if name != "draft-model")   # asked every step
+
+
+def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_config):
+    """A stored table that says every pass over k tokens costs 1.5 k single passes (possible, so it loads, but no
+    draft would ever pay): the next run verifies a likely draft anyway, sees the pass is far cheaper, measures
+    the table again and speculates."""
+    config = write_config("""
+        [target]
+        model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+        n_ctx = 2048
+        [[drafter]]
+        type = "prompt-lookup"
+        [[drafter]]
+        type = "ngram-simple"
+        """)
+    with Engine.from_config(config) as engine:
+        single = engine.calibrate().seconds(1)
+        engine.pass_cost_store.path.write_text(PassCost({n: 1.5 * n * single for n in range(1, 18)},
+                                                        measured_at=time.time(), other_load=0.0).to_json())
+    with Engine.from_config(config) as engine:
+        result = engine.generate(workload("code-editing").prompt, max_tokens=200)
+        assert result.stats.calibration_seconds > 0 and engine.pass_cost.seconds(16) < 12 * single
+        assert result.stats.n_accepted > 20, result.stats.as_dict()
+        assert engine.pass_cost_store.load().seconds(16) < 12 * single      # the healed table was stored
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused_without_token_mapping(write_config):

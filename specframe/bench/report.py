@@ -13,6 +13,7 @@ _COLUMNS = [  # header, width, cell
     ("tokens", 6, lambda r: f"{r.tokens}"),
     ("tok/s", 7, lambda r: f"{r.tokens_per_second:.2f}"),
     ("speedup", 7, lambda r: f"{r.speedup:.2f}x"),
+    ("modeled", 7, lambda r: f"{r.modeled_speedup:.2f}x"),
     ("of oracle", 9, lambda r: "-" if r.oracle_fraction is None else f"{100 * r.oracle_fraction:.0f}%"),
     ("accept", 6, lambda r: "-" if r.acceptance_rate is None else f"{100 * r.acceptance_rate:.0f}%"),
     ("acc/draft", 9, lambda r: "-" if r.mean_accepted_length is None else f"{r.mean_accepted_length:.2f}"),

@@ -15,6 +15,7 @@ import numpy as np
 from specframe.bench.oracle import OracleDrafter
 from specframe.bench.workloads import Workload
 from specframe.config import Config
+from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
 from specframe.lossless import compare
@@ -30,6 +31,7 @@ class BenchRow:
     tokens: int                          # generated tokens (the first run)
     tokens_per_second: float             # median over repeats
     speedup: float                       # over plain decoding
+    modeled_speedup: float               # the same, each run's passes priced by the pass-cost table (no noise)
     oracle_fraction: float | None        # speedup / the oracle's speedup
     acceptance_rate: float | None
     mean_accepted_length: float | None   # accepted tokens per draft that went to the target
@@ -61,6 +63,7 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
         for name in names:
             processes[name] = StrategyProcess(config.path, name)
             processes[name].call("ready")
+        table = processes[ORACLE].call("pass_cost")
         rows = []
         for workload in workloads:
             prompt = processes[PLAIN].call("tokenize", workload.prompt)
@@ -75,7 +78,7 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
                     progress(f"{workload.name}: {name}")
             verdicts = {name: processes[PLAIN].call("compare", runs[PLAIN][0], results[0])
                         for name, results in runs.items() if name != PLAIN}
-            rows += _rows(workload.name, runs, peaks, verdicts)
+            rows += _rows(workload.name, runs, peaks, verdicts, PassCost(table))
         return rows
     finally:
         for process in processes.values():
@@ -131,6 +134,7 @@ def _serve(conn, config_path: str, strategy: str) -> None:
         "tokenize": engine.prompt_tokens,
         "generate": lambda prompt, max_tokens, reference: _measured(engine, strategy, prompt, max_tokens, reference),
         "compare": lambda plain, result: _lossless(plain, result, engine),
+        "pass_cost": lambda: engine.pass_cost.measured if engine.pass_cost is not None else {},
     }
     with engine:
         while True:
@@ -161,8 +165,9 @@ def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
 
 
 def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[str, float],
-          verdicts: dict[str, str]) -> list[BenchRow]:
+          verdicts: dict[str, str], cost: PassCost) -> list[BenchRow]:
     speed = {name: statistics.median(r.stats.tokens_per_second for r in results) for name, results in runs.items()}
+    modeled = {name: statistics.median(_modeled_speed(r, cost) for r in results) for name, results in runs.items()}
     oracle_speedup = speed[ORACLE] / speed[PLAIN]
     rows = []
     for name, results in runs.items():
@@ -172,13 +177,22 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
         speedup = speed[name] / speed[PLAIN]
         rows.append(BenchRow(
             workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name],
-            speedup=speedup, oracle_fraction=speedup / oracle_speedup if speculative else None,
+            speedup=speedup, modeled_speedup=modeled[name] / modeled[PLAIN], oracle_fraction=speedup / oracle_speedup if speculative else None,
             acceptance_rate=s.acceptance_rate if speculative else None,
             mean_accepted_length=s.mean_accepted_length if speculative else None,
             passes_per_token=s.n_target_passes / max(1, s.n_generated),
             drafting_share=drafting / s.generation_seconds if s.generation_seconds else 0.0,
             peak_rss_mib=peaks[name], lossless=verdicts.get(name, "-")))
     return rows
+
+
+def _modeled_speed(result: GenerationResult, cost: PassCost) -> float:
+    """Tokens per second had each of the run's target passes taken what the pass-cost table says, drafting what
+    it measured: the run's decisions without the machine's noise (here consecutive identical runs differ by up to
+    a fifth)."""
+    drafting = sum(d["draft_ms"] + d["accept_ms"] for d in result.stats.drafters.values()) / 1e3
+    seconds = sum(cost.seconds(p.size) for p in result.passes or [] if p.verifies) + drafting
+    return result.stats.n_generated / seconds if seconds else 0.0
 
 
 def _lossless(plain: GenerationResult, result: GenerationResult, engine: Engine) -> str:

@@ -41,6 +41,7 @@ FLOOR_SLACK = 0.85                   # t(k) >= 0.85 t(1): a bigger pass never co
 CEILING_SLACK = 1.5                  # t(k) <= 1.5 k t(1): nor more than k single passes, with slack
 DRIFT = 1.5                          # observed / table beyond this factor (either way) means the table is stale
 DRIFT_WINDOW = 5                     # passes of one size whose median is compared with the table
+REMEASURE_EVERY = 256                # passes between re-measurements at most
 
 
 class PassCostError(ValueError):
@@ -73,6 +74,7 @@ class PassCost:
         self.measured_at = measured_at
         self.other_load = other_load
         self._recent: dict[int, deque] = {}
+        self._passes_since_measured = REMEASURE_EVERY     # a loaded table may be re-measured at once
         self.stale_reason: str | None = None
 
     @property
@@ -116,6 +118,10 @@ class PassCost:
         expected = self._seconds[n_tokens]
         recent = self._recent.setdefault(n_tokens, deque(maxlen=DRIFT_WINDOW))
         recent.append(seconds)
+        self._passes_since_measured += 1
+        if seconds * DRIFT < expected and self._passes_since_measured < REMEASURE_EVERY:
+            self._seconds[n_tokens] = seconds     # measured lately, yet this size runs faster in the loop (a GPU
+            return                                # replays a captured graph): noise never makes a pass faster
         if seconds * DRIFT < expected:
             observed = seconds
         elif len(recent) == DRIFT_WINDOW and statistics.median(recent) > DRIFT * expected:
@@ -150,6 +156,7 @@ class PassCost:
         self.measured_at = time.time()
         self._seconds = table
         self._recent.clear()
+        self._passes_since_measured = 0
         self.stale_reason = None
 
     @staticmethod
@@ -160,7 +167,8 @@ class PassCost:
             if not pending:
                 break
             for n in (pending if round_ % 2 == 0 else reversed(pending)):
-                samples[n].append(run_pass(n))
+                run_pass(n)                       # untimed: the timed pass follows one of its own size, as in
+                samples[n].append(run_pass(n))    # decoding (a GPU reuses the graph it captured for that size)
         return {n: _agreed(s) or min(s) for n, s in samples.items()}
 
     # --- storage ---------------------------------------------------------------------------------------------

@@ -7,12 +7,15 @@ a KeyboardInterrupt raised there cannot cross the C frames, so it is kept and ra
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import importlib.machinery
 import importlib.util
 import logging
 import os
 import pathlib
+import sys
 
 from specframe.errors import SpecframeError
 from specframe.llama._declarations import MODULE_NAME
@@ -51,6 +54,7 @@ def native():
         raise LlamaLibraryError(
             f"no specframe binding for this Python and this version of specframe in {binding_dir}: {_BUILD_HINT}"
         )
+    _load_cxx_runtime_first()
     spec = importlib.util.spec_from_file_location(MODULE_NAME, candidate)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -61,6 +65,17 @@ def native():
     _install_log_callback(ffi, lib)
     lib.llama_backend_init()
     return ffi, lib
+
+
+def _load_cxx_runtime_first() -> None:
+    """Make libstdc++'s symbols global before libllama loads (Linux). A CUDA build's libggml-cuda exports C++
+    runtime symbols of its own; llama.cpp's tools load libstdc++ first, but a Python process has not, so
+    llama.cpp's own stream output bound to those copies and crashed at model load (seen on an H100)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            pass      # no libstdc++ to find: a build that needs it will say so when it loads
 
 
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
