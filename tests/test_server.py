@@ -321,6 +321,34 @@ def test_a_client_that_disconnects_frees_its_slot_and_a_full_queue_is_a_503(one_
         assert chat(client, "target", PROMPTS[1], max_tokens=4).usage.completion_tokens == 4
 
 
+def test_a_client_that_gives_up_on_a_whole_answer_cancels_it(one_slot_config):
+    with serving(one_slot_config) as running:
+        body = {"messages": [{"role": "user", "content": PROMPTS[0]}]}         # up to 4000 tokens, not streamed
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(running.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
+        deadline = time.monotonic() + 10
+        while running.metrics().get(("specframe:request_success_total", (("finished_reason", "abort"),))) != 1:
+            assert time.monotonic() < deadline, "the request was not cancelled"
+            time.sleep(0.05)
+        assert running.metrics()[("specframe:num_requests_running", ())] == 0
+
+
+def test_sampling_options_and_max_completion_tokens_behave_as_in_run(one_slot_config):
+    options = {"temperature": 0.9, "top_p": 0.8, "seed": 11}
+    with Engine.from_config(one_slot_config) as engine:
+        reference = [engine.generate(PROMPTS[2], max_tokens=24, **options | {"seed": seed}).text for seed in (11, 12)]
+    with serving(one_slot_config) as running:
+        client = running.client()
+        messages = [{"role": "user", "content": PROMPTS[2]}]
+        sampled = [client.chat.completions.create(model="target", messages=messages, max_tokens=24,
+                                                  **options | {"seed": seed}).choices[0].message.content
+                   for seed in (11, 12)]
+        capped = client.chat.completions.create(model="target", messages=messages, temperature=0, max_tokens=30,
+                                                max_completion_tokens=5)
+    assert sampled == reference and reference[0] != reference[1]
+    assert capped.usage.completion_tokens == 5 and capped.choices[0].finish_reason == "length"
+
+
 def test_an_api_key_is_required_except_for_health(one_slot_config):
     with serving(one_slot_config, api_key="sesame") as running:
         with pytest.raises(openai.AuthenticationError):
