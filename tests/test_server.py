@@ -55,7 +55,9 @@ class Running:
 
 
 @contextlib.contextmanager
-def serving(config_path, **settings):
+def serving(config_path, healthy: bool = True, **settings):
+    """A server of the config with ``settings`` for its [server] table, once it listens (and, when ``healthy``,
+    once its model is loaded)."""
     config = load_config(config_path)
     config = dataclasses.replace(config, server=dataclasses.replace(config.server, host="127.0.0.1", port=0,
                                                                     **settings))
@@ -70,7 +72,7 @@ def serving(config_path, **settings):
             assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.02)
         url = "http://%s:%d" % server.address
-        while httpx.get(url + "/health").status_code != 200:
+        while healthy and httpx.get(url + "/health").status_code != 200:
             assert time.monotonic() < deadline, "the server did not load its model"
             time.sleep(0.05)
         yield Running(server, url)
@@ -369,27 +371,18 @@ def test_health_is_503_while_the_model_loads(one_slot_config, monkeypatch):
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(scheduler, "Engine", SlowEngine)
-    config = load_config(one_slot_config)
-    server = Server(dataclasses.replace(config, server=dataclasses.replace(config.server, port=0)),
-                    limit_max_requests=MAX_REQUESTS)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.02)
-        url = "http://%s:%d" % server.address
-        loading = httpx.get(url + "/health")
-        assert loading.status_code == 503 and loading.json()["error"]["type"] == "unavailable_error"
-        assert httpx.post(url + "/v1/completions", json={"prompt": "hi"}).status_code == 503
-        loaded.set()
-        deadline = time.monotonic() + 30
-        while httpx.get(url + "/health").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    finally:
-        loaded.set()
-        server.stop()
-        thread.join(MAX_SECONDS)
+    with serving(one_slot_config, healthy=False) as running:
+        try:
+            loading = httpx.get(running.url + "/health")
+            assert loading.status_code == 503 and loading.json()["error"]["type"] == "unavailable_error"
+            assert httpx.post(running.url + "/v1/completions", json={"prompt": "hi"}).status_code == 503
+            loaded.set()
+            deadline = time.monotonic() + 30
+            while httpx.get(running.url + "/health").status_code != 200:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        finally:
+            loaded.set()      # the engine thread must not wait for it when the server stops
 
 
 RUNNER = """
