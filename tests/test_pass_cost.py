@@ -82,15 +82,15 @@ def test_stored_tables_round_trip_and_record_when_and_under_what_load(tmp_path):
     (lambda d: d.update(version=1), "old format"),
     (lambda d: d.update(seconds="fast"), "malformed"),
 ])
-def test_a_stored_table_that_cannot_be_trusted_is_set_aside(tmp_path, change, reason):
+def test_a_stored_table_that_cannot_be_trusted_is_deleted(tmp_path, change, reason):
     store = PassCostStore(tmp_path, "key")
     store.save(PassCost(seconds(EPYC), measured_at=time.time(), other_load=0.0))
     data = json.loads(store.path.read_text())
     change(data)
     store.path.write_text(json.dumps(data))
-    assert store.load() is None, reason
+    assert store.load() is None and not store.path.exists(), reason
     store.path.write_text("{not json")
-    assert store.load() is None
+    assert store.load() is None and not store.path.exists()
 
 
 def test_a_table_taken_under_load_is_used_but_not_stored(tmp_path):

@@ -19,6 +19,7 @@ off. Hence:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -217,7 +218,11 @@ class PassCostStore:
         try:
             return PassCost.from_json(text)
         except PassCostError as exc:
-            log.info("pass-cost table %s is set aside and measured again: %s", self.path, exc)
+            # It can never become trustworthy again: deleted, so a run too busy to store its own table does not
+            # leave it in place for the next one.
+            log.info("pass-cost table %s is deleted and measured again: %s", self.path, exc)
+            with contextlib.suppress(OSError):
+                self.reset()
             return None
 
     def save(self, cost: PassCost) -> None:
