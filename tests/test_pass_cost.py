@@ -111,6 +111,17 @@ def test_passes_that_disagree_with_the_table_make_it_stale_and_one_slow_outlier_
     assert cost.seconds(2) == pytest.approx(0.0572)         # observations never rewrite the table themselves
 
 
+def test_a_table_too_cheap_is_found_within_a_few_drafts_of_different_lengths():
+    """A table that prices every pass like a single token's: each draft has another length, and no size is seen
+    twice, yet the passes' ratios to the table give it away."""
+    real = seconds(EPYC)
+    cost = PassCost({n: real[1] for n in real})
+    for n in (16, 1, 9, 12, 4):
+        assert not cost.stale
+        cost.observe(n, real[n])
+    assert cost.stale and "times what the table says" in cost.stale_reason
+
+
 def test_one_pass_much_faster_than_the_table_proves_it_wrong():
     """Noise only adds time: a table that says passes of 16 cost three times what one did is too dear."""
     cost = PassCost(seconds(EPYC))
