@@ -82,15 +82,15 @@ def test_stored_tables_round_trip_and_record_when_and_under_what_load(tmp_path):
     (lambda d: d.update(version=1), "old format"),
     (lambda d: d.update(seconds="fast"), "malformed"),
 ])
-def test_a_stored_table_that_cannot_be_trusted_is_set_aside(tmp_path, change, reason):
+def test_a_stored_table_that_cannot_be_trusted_is_deleted(tmp_path, change, reason):
     store = PassCostStore(tmp_path, "key")
     store.save(PassCost(seconds(EPYC), measured_at=time.time(), other_load=0.0))
     data = json.loads(store.path.read_text())
     change(data)
     store.path.write_text(json.dumps(data))
-    assert store.load() is None, reason
+    assert store.load() is None and not store.path.exists(), reason
     store.path.write_text("{not json")
-    assert store.load() is None
+    assert store.load() is None and not store.path.exists()
 
 
 def test_a_table_taken_under_load_is_used_but_not_stored(tmp_path):
@@ -109,6 +109,17 @@ def test_passes_that_disagree_with_the_table_make_it_stale_and_one_slow_outlier_
         cost.observe(2, 0.120)
     assert cost.stale and "2 token" in cost.stale_reason
     assert cost.seconds(2) == pytest.approx(0.0572)         # observations never rewrite the table themselves
+
+
+def test_a_table_too_cheap_is_found_within_a_few_drafts_of_different_lengths():
+    """A table that prices every pass like a single token's: each draft has another length, and no size is seen
+    twice, yet the passes' ratios to the table give it away."""
+    real = seconds(EPYC)
+    cost = PassCost({n: real[1] for n in real})
+    for n in (16, 1, 9, 12, 4):
+        assert not cost.stale
+        cost.observe(n, real[n])
+    assert cost.stale and "times what the table says" in cost.stale_reason
 
 
 def test_one_pass_much_faster_than_the_table_proves_it_wrong():

@@ -181,7 +181,7 @@ class DrafterChain:
         second, or as a probe (gain.DrafterRecord.decide)."""
         record, cost = entry.record, self.cost
         length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust, self._share)
-        decision = record.decide(prospect > to_beat, record.costly(cost.seconds(1), entry.drafter.uses_model))
+        decision = record.decide(prospect > to_beat, entry.drafter.uses_model)
         if decision is None:
             entry.stats.held_back += 1
             return None

@@ -41,6 +41,8 @@ CAUTION = 1.0         # first-token estimates are taken this many standard error
 CALIBRATION_PRIOR = 4.0  # tokens of agreement between estimates and outcomes a drafter's trust starts with
 PRIOR_WEIGHT = 2.0     # an estimate starts as worth this many observations of its prior:
 CHEAP_SHARE = 0.02      # a drafter whose calls cost less than this share of a single pass is asked every step
+COST_SAMPLES = 4        # calls timed before a drafter can be found costly by its calls' time (one slow first call
+                        # that indexed a whole prompt, or met a page fault, must not hold it back for good)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ class CallCost:
         k = float(n_tokens)
         self._sums = DECAY * self._sums + np.array([1.0, k, k * k, seconds, k * seconds])
         self._recent.append(seconds)
+
+    @property
+    def samples(self) -> int:
+        return len(self._recent)
 
     @property
     def typical(self) -> float:
@@ -162,7 +168,8 @@ class DrafterRecord:
 
     def costly(self, single_pass_seconds: float, uses_model: bool) -> bool:
         """Asked only when expected to pay: a model, or any drafter whose calls are not negligible."""
-        return uses_model or self.cost.typical > CHEAP_SHARE * single_pass_seconds
+        return uses_model or (self.cost.samples >= COST_SAMPLES
+                              and self.cost.typical > CHEAP_SHARE * single_pass_seconds)
 
     def verified(self, p: np.ndarray, n_accepted: int) -> None:
         """One of its drafts, whose tokens were estimated ``p``, was verified: ``n_accepted`` stood. Chosen drafts
@@ -186,20 +193,20 @@ class DrafterRecord:
         self._run = self._run + confirmed if run and not wrong.size else confirmed if not wrong.size else 0
         return confirmed
 
-    def decide(self, expected_to_pay: bool, costly: bool) -> str | None:
+    def decide(self, expected_to_pay: bool, uses_model: bool) -> str | None:
         """Called once a step for a drafter asked only when it pays: ASK, PROBE (a short draft, so that an estimate
         that holds it back can be proved wrong) or None. Every drafter is probed at the first step of a request,
-        when it is in step with the history. A cheap one is also probed after ``probe_every`` steps held back
-        (doubling up to PROBE_MAX_EVERY while probes do not pay). A costly one is not: a draft model held back
-        would first catch up on every token it missed, and over a run that costs as much as keeping it in step,
-        a tenth of the run on a CPU. It is asked again within a request once its estimates, or a re-measured
+        when it is in step with the history. One without a model is also probed after ``probe_every`` steps held
+        back (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model
+        is not: a draft model held back would first catch up on every token it missed, and over a run that costs
+        as much as keeping it in step, a tenth of the run on a CPU. It is asked again within a request once its estimates, or a re-measured
         pass-cost table, say that it pays."""
         self.skipped += 1
         first, self._first_step = self._first_step, False
         if expected_to_pay:
             self.skipped, self.probe_every = 0, PROBE_EVERY
             return ASK
-        if first or (not costly and self.skipped >= self.probe_every):
+        if first or (not uses_model and self.skipped >= self.probe_every):
             self.probe_every = self.probe_every if first else min(2 * self.probe_every, PROBE_MAX_EVERY)
             self.skipped = 0
             return PROBE

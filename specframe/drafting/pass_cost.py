@@ -10,15 +10,18 @@ off. Hence:
   taken under load is used for the run but not stored.
 - **Sanity bounds.** A pass over k tokens cannot cost less than one over a single token, nor (with slack) more
   than k single passes. A table that breaks them is impossible: it is measured again, and never stored or loaded.
-- **Healing.** The engine reports every pass it times. When the recent passes of some size disagree with the table
-  by more than half (a median over the last few), the table is stale (other load, another power state, a poisoned
-  file) and the engine measures it again.
+- **Healing.** The engine reports every pass it times. When the recent passes, whatever their sizes, take more
+  than half again what the table says (the median of their ratios to it over the last few), or one takes less than
+  two thirds of it, the table is stale (other load, another power state, a poisoned file) and the engine measures
+  it again. Ratios pooled over sizes find a table that is too cheap within a few drafts even when every draft has
+  another length.
 - **Ageing.** A stored table records when it was taken and under what load; after ``MAX_AGE_SECONDS`` it is
   measured again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -40,7 +43,7 @@ MAX_ROUNDS = 5
 FLOOR_SLACK = 0.85                   # t(k) >= 0.85 t(1): a bigger pass never costs less than a single token's
 CEILING_SLACK = 1.5                  # t(k) <= 1.5 k t(1): nor more than k single passes, with slack
 DRIFT = 1.5                          # observed / table beyond this factor (either way) means the table is stale
-DRIFT_WINDOW = 5                     # passes of one size whose median is compared with the table
+DRIFT_WINDOW = 5                     # the last passes (any sizes) whose median ratio to the table is compared
 REMEASURE_EVERY = 256                # passes between re-measurements at most
 
 
@@ -73,7 +76,7 @@ class PassCost:
         self._seconds: dict[int, float] = dict(seconds or {})
         self.measured_at = measured_at
         self.other_load = other_load
-        self._recent: dict[int, deque] = {}
+        self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
         self._passes_since_measured = REMEASURE_EVERY     # a loaded table may be re-measured at once
         self.stale_reason: str | None = None
 
@@ -112,24 +115,23 @@ class PassCost:
     def observe(self, n_tokens: int, seconds: float) -> None:
         """A pass the engine timed. Observations never change the table (a warm-up pass, or one slowed by another
         process, must not poison it); they only tell when it has gone stale. Noise only ever adds time, so one
-        pass much faster than the table proves it wrong, while slower ones must be slow five in a row."""
+        pass much faster than the table proves it wrong, while slower ones must be slow most of the last five."""
         if n_tokens not in self._seconds or self.stale:
             return
         expected = self._seconds[n_tokens]
-        recent = self._recent.setdefault(n_tokens, deque(maxlen=DRIFT_WINDOW))
-        recent.append(seconds)
+        self._recent_ratios.append(seconds / expected)
         self._passes_since_measured += 1
         if seconds * DRIFT < expected and self._passes_since_measured < REMEASURE_EVERY:
             self._seconds[n_tokens] = seconds     # measured lately, yet this size runs faster in the loop (a GPU
             return                                # replays a captured graph): noise never makes a pass faster
         if seconds * DRIFT < expected:
-            observed = seconds
-        elif len(recent) == DRIFT_WINDOW and statistics.median(recent) > DRIFT * expected:
-            observed = statistics.median(recent)
-        else:
-            return
-        self.stale_reason = (f"passes of {n_tokens} token(s) take {observed * 1e3:.1f} ms, the table says "
-                             f"{expected * 1e3:.1f} ms")
+            self.stale_reason = (f"a pass of {n_tokens} token(s) took {seconds * 1e3:.1f} ms, the table says "
+                                 f"{expected * 1e3:.1f} ms")
+        elif (len(self._recent_ratios) == DRIFT_WINDOW
+              and (ratio := statistics.median(self._recent_ratios)) > DRIFT):
+            self.stale_reason = (f"the last {DRIFT_WINDOW} passes took {ratio:.1f} times what the table says "
+                                 f"(the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms against "
+                                 f"{expected * 1e3:.1f} ms)")
 
     # --- calibration -----------------------------------------------------------------------------------------
 
@@ -155,7 +157,7 @@ class PassCost:
             self.other_load = float("inf")
         self.measured_at = time.time()
         self._seconds = table
-        self._recent.clear()
+        self._recent_ratios.clear()
         self._passes_since_measured = 0
         self.stale_reason = None
 
@@ -217,7 +219,11 @@ class PassCostStore:
         try:
             return PassCost.from_json(text)
         except PassCostError as exc:
-            log.info("pass-cost table %s is set aside and measured again: %s", self.path, exc)
+            # It can never become trustworthy again: deleted, so a run too busy to store its own table does not
+            # leave it in place for the next one.
+            log.info("pass-cost table %s is deleted and measured again: %s", self.path, exc)
+            with contextlib.suppress(OSError):
+                self.reset()
             return None
 
     def save(self, cost: PassCost) -> None:
