@@ -231,6 +231,8 @@ class PassCostStore:
             if cost.other_load != float("inf"):
                 log.warning("the pass costs were measured while other processes used %.2f cores: used for this "
                             "run, not stored", cost.other_load)
+            with contextlib.suppress(OSError):
+                self.reset()     # a table is measured only when the stored one is missing or proved wrong
             return
         try:
             atomic_write(self.path, cost.to_json().encode())
