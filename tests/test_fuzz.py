@@ -420,27 +420,27 @@ def test_an_engine_handed_any_stored_table_decodes_the_same(content, adaptive_en
     check_table(adaptive_engine.pass_cost.measured)
 
 
-@pytest.fixture(scope="module")
-def adaptive_engine(target_path, tmp_path_factory):
+def engine_on_fox(target_path, folder, speculative: str):
+    """An engine on the synthetic model with the plain greedy continuation of the fuzzed prompt as ``plain``."""
     from specframe.engine import Engine
 
-    config = tmp_path_factory.mktemp("adaptive") / "config.toml"
-    config.write_text(f'[target]\nmodel = "{target_path}"\nn_ctx = 256\nthreads = 1\n'
-                      '[speculative]\nn_max = 4\n[[drafter]]\ntype = "prompt-lookup"\n')
-    with Engine.from_config(config) as engine:
-        engine.plain = engine.generate("the quick brown fox", raw=True, max_tokens=8, speculative=False).tokens
+    config = folder / "config.toml"
+    config.write_text(f'[target]\nmodel = "{target_path}"\nn_ctx = 256\nthreads = 1\n[speculative]\n{speculative}')
+    engine = Engine.from_config(config)
+    engine.plain = engine.generate("the quick brown fox", raw=True, max_tokens=8, speculative=False).tokens
+    return engine
+
+
+@pytest.fixture(scope="module")
+def adaptive_engine(target_path, tmp_path_factory):
+    with engine_on_fox(target_path, tmp_path_factory.mktemp("adaptive"),
+                       'n_max = 4\n[[drafter]]\ntype = "prompt-lookup"\n') as engine:
         yield engine
 
 
 @pytest.fixture(scope="module")
 def greedy_engine(target_path, tmp_path_factory):
-    from specframe.engine import Engine
-
-    config = tmp_path_factory.mktemp("arbitrary") / "config.toml"
-    config.write_text(f'[target]\nmodel = "{target_path}"\nn_ctx = 256\nthreads = 1\n'
-                      '[speculative]\nadaptive = false\n')
-    with Engine.from_config(config) as engine:
-        engine.plain = engine.generate("the quick brown fox", raw=True, max_tokens=8, speculative=False).tokens
+    with engine_on_fox(target_path, tmp_path_factory.mktemp("arbitrary"), "adaptive = false\n") as engine:
         yield engine
 
 
