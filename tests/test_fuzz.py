@@ -5,6 +5,8 @@
   load and fit in this machine, `specframe run` on the synthetic model;
 - n-gram cache files (valid ones with bytes mutated, and well-formed ones with hostile contents and a correct
   checksum) against `ngram stats`, `ngram merge` and the ngram-cache drafter;
+- stored pass-cost tables (well-formed ones with hostile values, and valid ones with bytes mutated) against the
+  store and an adaptive engine: a table is loaded only when it can be true, and decoding goes on either way;
 - drafters returning arbitrary objects, against greedy decoding: the output stays the target's own.
 
 Bounded so that every CI run can afford it (about half a minute); `SPECFRAME_FUZZ_SCALE=10` runs ten times as many
@@ -18,6 +20,7 @@ import json
 import math
 import os
 import struct
+import time
 import typing
 import zlib
 
@@ -31,6 +34,7 @@ from specframe.cli import main
 from specframe.config import _SECTIONS, load_config
 from specframe.drafters.ngram_cache import NgramCacheDrafter, NgramCacheParams
 from specframe.drafting import Draft, Drafter
+from specframe.drafting.pass_cost import FORMAT_VERSION, PassCost, PassCostError, PassCostStore, check_table
 from specframe.errors import ConfigError
 from specframe.ngram_cache import MAGIC, NGRAM_MAX, VERSION, NgramCache, NgramCacheError
 from specframe.plugins import load_plugins
@@ -363,15 +367,80 @@ returned = st.one_of(
 )
 
 
-@pytest.fixture(scope="module")
-def greedy_engine(target_path, tmp_path_factory):
+durations = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2**70, 2**70) | st.text(max_size=4) \
+    | st.none() | st.lists(st.floats(), max_size=2)
+hostile_tables = st.fixed_dictionaries({
+    "version": st.sampled_from([FORMAT_VERSION, FORMAT_VERSION, 1, "2", None]),
+    "measured_at": st.sampled_from(["now", "now", "future", "old", "nan"]),
+    "other_load": st.none() | st.floats(allow_nan=True, allow_infinity=True),
+    "seconds": st.dictionaries(st.sampled_from(["1", "2", "4", "16", "17", "0", "-3", "x", "1e3", " 2"]), durations,
+                               max_size=6)
+    | st.dictionaries(st.integers(1, 17).map(str), st.floats(1e-4, 1.0), min_size=1, max_size=17),
+})
+
+
+def table_text(document: dict) -> bytes:
+    stamp = {"now": time.time(), "future": time.time() + 1e6, "old": time.time() - 1e8, "nan": float("nan")}
+    return json.dumps({**document, "measured_at": stamp[document["measured_at"]]}).encode()
+
+
+VALID_TABLE = PassCost({n: 0.03 + 0.01 * n for n in range(1, 18)}, measured_at=time.time(), other_load=0.0).to_json()
+mutated_tables = st.lists(st.tuples(st.integers(0, 10**4), st.integers(0, 255)), min_size=1, max_size=3).map(
+    lambda flips: flipped(VALID_TABLE.encode(), flips))
+
+
+@fuzz(500)
+@given(content=hostile_tables.map(table_text) | mutated_tables | st.binary(max_size=64))
+def test_stored_pass_cost_tables_are_loaded_only_when_they_can_be_true(content, tmp_path_factory):
+    store = PassCostStore(tmp_path_factory.mktemp("pass-cost"), "key")
+    store.path.write_bytes(content)
+    cost = store.load()
+    if cost is None:
+        assert not store.path.exists()          # set aside for good: deleted
+        try:
+            PassCost.from_json(content.decode("utf-8"))
+        except UnicodeDecodeError:
+            event("refused: not UTF-8")
+        except PassCostError as exc:
+            assert "\n" not in str(exc)
+            event(f"refused: {str(exc).split(' (')[0].split(':')[0][:40]}")
+        return
+    check_table(cost.measured)
+    assert all(0 < cost.seconds(n) < 3600 for n in range(1, 65))
+    event("loaded")
+
+
+@fuzz(40)
+@given(content=hostile_tables.map(table_text) | mutated_tables)
+def test_an_engine_handed_any_stored_table_decodes_the_same(content, adaptive_engine):
+    adaptive_engine.pass_cost_store.path.write_bytes(content)
+    adaptive_engine.pass_cost = PassCost()               # the next request reads the store, as a new process would
+    result = adaptive_engine.generate("the quick brown fox", raw=True, max_tokens=8, drafters=["prompt-lookup"])
+    assert result.tokens == adaptive_engine.plain
+    check_table(adaptive_engine.pass_cost.measured)
+
+
+def engine_on_fox(target_path, folder, speculative: str):
+    """An engine on the synthetic model with the plain greedy continuation of the fuzzed prompt as ``plain``."""
     from specframe.engine import Engine
 
-    config = tmp_path_factory.mktemp("arbitrary") / "config.toml"
-    config.write_text(f'[target]\nmodel = "{target_path}"\nn_ctx = 256\nthreads = 1\n'
-                      '[speculative]\nadaptive = false\n')
-    with Engine.from_config(config) as engine:
-        engine.plain = engine.generate("the quick brown fox", raw=True, max_tokens=8, speculative=False).tokens
+    config = folder / "config.toml"
+    config.write_text(f'[target]\nmodel = "{target_path}"\nn_ctx = 256\nthreads = 1\n[speculative]\n{speculative}')
+    engine = Engine.from_config(config)
+    engine.plain = engine.generate("the quick brown fox", raw=True, max_tokens=8, speculative=False).tokens
+    return engine
+
+
+@pytest.fixture(scope="module")
+def adaptive_engine(target_path, tmp_path_factory):
+    with engine_on_fox(target_path, tmp_path_factory.mktemp("adaptive"),
+                       'n_max = 4\n[[drafter]]\ntype = "prompt-lookup"\n') as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def greedy_engine(target_path, tmp_path_factory):
+    with engine_on_fox(target_path, tmp_path_factory.mktemp("arbitrary"), "adaptive = false\n") as engine:
         yield engine
 
 

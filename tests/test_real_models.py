@@ -96,7 +96,8 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
         result = engine.generate(workload("code-editing").prompt, max_tokens=200)
         assert result.stats.calibration_seconds > 0 and engine.pass_cost.seconds(16) < 12 * single
         assert result.stats.n_accepted > 20, result.stats.as_dict()
-        assert engine.pass_cost_store.load().seconds(16) < 12 * single      # the healed table was stored
+        stored = engine.pass_cost_store.load()      # the healed table, or none where the CPU was too busy to store it
+        assert stored is None or stored.seconds(16) < 12 * single
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused_without_token_mapping(write_config):

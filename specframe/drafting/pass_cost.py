@@ -213,12 +213,12 @@ class PassCostStore:
     def load(self) -> PassCost | None:
         """The stored table, or None when there is none or it cannot be trusted (said in the log)."""
         try:
-            text = self.path.read_text()
+            data = self.path.read_bytes()
         except OSError:
             return None
         try:
-            return PassCost.from_json(text)
-        except PassCostError as exc:
+            return PassCost.from_json(data.decode("utf-8"))
+        except (PassCostError, UnicodeDecodeError) as exc:
             # It can never become trustworthy again: deleted, so a run too busy to store its own table does not
             # leave it in place for the next one.
             log.info("pass-cost table %s is deleted and measured again: %s", self.path, exc)
@@ -231,6 +231,8 @@ class PassCostStore:
             if cost.other_load != float("inf"):
                 log.warning("the pass costs were measured while other processes used %.2f cores: used for this "
                             "run, not stored", cost.other_load)
+            with contextlib.suppress(OSError):
+                self.reset()     # a table is measured only when the stored one is missing or proved wrong
             return
         try:
             atomic_write(self.path, cost.to_json().encode())
