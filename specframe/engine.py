@@ -217,7 +217,7 @@ class Engine:
             return
         pass_start = time.perf_counter()
         logits = ctx.decode_batch(segments)
-        if cost is not None:
+        if cost is not None and not chunks:   # the table times verification passes; prompt chunks ask no logits
             cost.observe(sum(len(segment.tokens) for segment in segments), time.perf_counter() - pass_start)
         layout = tuple((segment.seq, segment.start_pos, len(segment.tokens), segment.n_logits) for segment in segments)
         for mine, ((s, draft), rows) in enumerate(zip(drafts, logits)):
