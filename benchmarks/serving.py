@@ -10,7 +10,9 @@ clients send --requests streamed chat requests in all, one after another each, c
 workloads (greedy, each workload's token budget or --max-tokens). Reported per server and client count: aggregate
 generated tokens per second (all tokens over the wall time), and the median and 90th percentile of request latency
 and of time to the first text. Then a chat's second turn (the first turn's answer plus a question) shows how much
-of its prompt each server found in its cache (cache_n) and evaluated (prompt_n).
+of its prompt each server found in its cache (cache_n) and evaluated (prompt_n). A first row, "specframe run", is
+the same requests one after another on the engine in this process, as `specframe run` answers them (drafters
+started cold for each): the speed a single client of the server should keep.
 
 Not a test: timings are meaningful only on an otherwise idle machine. Builds llama-server first when needed
 (benchmarks/peers/build.sh). Writes the Markdown report (--out) and the same as JSON beside it (every request);
@@ -40,6 +42,7 @@ import httpx
 
 from specframe.bench.workloads import workloads
 from specframe.config import Config, load_config
+from specframe.engine import Engine
 from specframe.llama import default_threads
 from specframe.models import resolve_model
 from specframe.requantized import requantized
@@ -203,13 +206,16 @@ def measure(name: str, url: str, requests: list[Request], clients: int) -> tuple
     wall = time.perf_counter() - start
     if failures:
         raise BenchError(f"{name}: {failures[0]}")
+    return summary(name, clients, outcomes, wall), outcomes
+
+
+def summary(name: str, clients: int, outcomes: list[Outcome], wall: float) -> Row:
     latencies = sorted(o.seconds for o in outcomes)
     firsts = [o.first_text for o in outcomes if o.first_text is not None]
     tokens = sum(o.tokens for o in outcomes)
-    row = Row(name, clients, len(outcomes), tokens, wall, tokens / wall, statistics.median(latencies),
-              latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
-              statistics.median(firsts) if firsts else None)
-    return row, outcomes
+    return Row(name, clients, len(outcomes), tokens, wall, tokens / wall, statistics.median(latencies),
+               latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+               statistics.median(firsts) if firsts else None)
 
 
 def second_turn(url: str, request: Request) -> dict:
@@ -239,6 +245,24 @@ def bench_server(name: str, command: list[str], port: int, requests: list[Reques
     return rows, turn, outcomes
 
 
+def bench_run(config_path: pathlib.Path, requests: list[Request]) -> Row:
+    """The requests one after another as `specframe run` answers them: generation time only, drafters cold."""
+    with Engine.from_config(config_path) as engine:
+        engine.generate("Say hello.", max_tokens=4, temperature=0.0)    # the servers get a warm-up too
+        outcomes = []
+        start = time.perf_counter()
+        for request in requests:
+            engine.forget_drafters()
+            began = time.perf_counter()
+            generation = engine.stream(request.message, max_tokens=request.max_tokens, temperature=0.0)
+            first = next((time.perf_counter() for piece in generation if piece), None)
+            for _ in generation:
+                pass
+            outcomes.append(Outcome(request.workload, len(generation.result.tokens), time.perf_counter() - began,
+                                    first and first - began))
+        return summary("specframe run", 1, outcomes, time.perf_counter() - start)
+
+
 # --- the report ----------------------------------------------------------------------------------------------------
 
 def report(meta: dict, rows: list[Row], turns: dict[str, dict]) -> str:
@@ -255,8 +279,14 @@ def report(meta: dict, rows: list[Row], turns: dict[str, dict]) -> str:
         lines.append(f"| {r.server} | {r.clients} | {r.tokens} | {r.wall_seconds:.1f} | {r.tokens_per_second:.2f} | "
                      f"{r.tokens_per_second / single[r.server]:.2f}x | {r.latency_median:.1f} | "
                      f"{r.latency_p90:.1f} | {first} |")
-    servers = sorted({r.server for r in rows})
-    if len(servers) == 2:
+    run = next((r for r in rows if r.server == "specframe run"), None)
+    serve = next((r for r in rows if r.server == "specframe" and r.clients == 1), None)
+    if run and serve:
+        ratio = serve.tokens_per_second / run.tokens_per_second
+        lines += ["", (f"One client of `specframe serve` ran at {ratio:.2f}x the speed of the same requests "
+                       "answered as `specframe run` answers them.")]
+    servers = {r.server for r in rows}
+    if {"specframe", "llama-server"} <= servers:
         lines += ["", "| clients | specframe / llama-server (aggregate tok/s) |", "|---:|---:|"]
         by = {(r.server, r.clients): r.tokens_per_second for r in rows}
         for n in sorted({r.clients for r in rows}):
@@ -310,7 +340,9 @@ def main() -> None:
     if not args.no_peer:
         binary = llama_server(args.peers)
         servers.append(("llama-server", lambda port: llama_server_command(binary, config, port)))
-    rows, turns, runs = [], {}, []
+    say("specframe run: the same requests in this process, one after another")
+    rows, turns, runs = [bench_run(args.config, requests)], {}, []
+    say(f"specframe run: {rows[0].tokens_per_second:.2f} tokens/s")
     logs = pathlib.Path(tempfile.mkdtemp(prefix="specframe-serving-"))
     for name, command in servers:
         port = free_port()
