@@ -18,8 +18,8 @@ from specframe.config import Config
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
-from specframe.lossless import compare
 from specframe.results import GenerationResult
+from specframe.testing.lossless import compare
 
 PLAIN, CHAIN, ORACLE = "plain", "chain", "oracle"
 
