@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specframe.drafters.token_mapping import Replacements, TokenMapping, complete_utf8
+from specframe.drafting.token_mapping import Replacements, TokenMapping, complete_utf8
 from specframe.llama import Model
 from specframe.testing.synthetic import write_synthetic_model
 
