@@ -305,7 +305,7 @@ def ngram_build(corpus, model, output, sizes):
 
     from specframe.llama import Model
     from specframe.models import resolve_model
-    from specframe.ngram_cache import NGRAM_MAX, NgramCache
+    from specframe.ngram_counts import NGRAM_MAX, NgramCache
 
     try:
         ngram_sizes = sorted({int(x) for x in sizes.split(",")})
@@ -336,7 +336,7 @@ def ngram_build(corpus, model, output, sizes):
 @click.option("-o", "--output", required=True, type=_OutputFile(), help="Cache file to write the sum into.")
 def ngram_merge(inputs, output):
     """Add up the counts of several cache files."""
-    from specframe.ngram_cache import NgramCache
+    from specframe.ngram_counts import NgramCache
 
     merged = NgramCache()
     for path in inputs:
@@ -350,7 +350,7 @@ def ngram_merge(inputs, output):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def ngram_stats(path, as_json):
     """Sizes of a cache file."""
-    from specframe.ngram_cache import NgramCache
+    from specframe.ngram_counts import NgramCache
 
     stats = NgramCache.load(path).stats()
     if as_json:

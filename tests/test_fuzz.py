@@ -36,7 +36,7 @@ from specframe.drafters.ngram_cache import NgramCacheDrafter, NgramCacheParams
 from specframe.drafting import Draft, Drafter
 from specframe.drafting.pass_cost import FORMAT_VERSION, PassCost, PassCostError, PassCostStore, check_table
 from specframe.errors import ConfigError
-from specframe.ngram_cache import MAGIC, NGRAM_MAX, VERSION, NgramCache, NgramCacheError
+from specframe.ngram_counts import MAGIC, NGRAM_MAX, VERSION, NgramCache, NgramCacheError
 from specframe.plugins import load_plugins
 
 SCALE = int(os.environ.get("SPECFRAME_FUZZ_SCALE", "1"))

@@ -12,7 +12,7 @@ from specframe.cli import main
 from specframe.config import load_config
 from specframe.engine import Engine
 from specframe.errors import ConfigError
-from specframe.ngram_cache import COUNT_MAX, NgramCache
+from specframe.ngram_counts import COUNT_MAX, NgramCache
 
 PROMPTS = ["one two three one two three one two", "alpha beta gamma alpha beta gamma alpha"]
 
