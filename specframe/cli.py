@@ -305,7 +305,7 @@ def ngram_build(corpus, model, output, sizes):
 
     from specframe.llama import Model
     from specframe.models import resolve_model
-    from specframe.ngram_counts import NGRAM_MAX, NgramCache
+    from specframe.ngram_counts import NGRAM_MAX, count_text_files
 
     try:
         ngram_sizes = sorted({int(x) for x in sizes.split(",")})
@@ -313,20 +313,10 @@ def ngram_build(corpus, model, output, sizes):
         raise click.BadParameter(f"expected comma-separated integers, got {sizes!r}", param_hint="--sizes")
     if not ngram_sizes or ngram_sizes[0] < 1 or ngram_sizes[-1] > NGRAM_MAX:
         raise click.BadParameter(f"sizes must lie in 1..{NGRAM_MAX}", param_hint="--sizes")
-    cache = NgramCache()
-    n_tokens = 0
     with Model(resolve_model(model), vocab_only=True) as vocab_model, \
             tqdm(total=sum(os.path.getsize(p) for p in corpus), unit="B", unit_scale=True, file=sys.stderr) as bar:
-        for path in corpus:
-            tail: list[int] = []                      # the last tokens, so n-grams run across chunks
-            with open(path, encoding="utf-8", errors="replace") as f:
-                while chunk := f.read(1 << 20):
-                    chunk += f.readline()             # end chunks at a line break
-                    tokens = vocab_model.vocab.tokenize(chunk, add_special=False).tolist()
-                    cache.update(tail + tokens, start=len(tail), sizes=ngram_sizes)
-                    tail = (tail + tokens)[-NGRAM_MAX:]
-                    n_tokens += len(tokens)
-                    bar.update(len(chunk.encode("utf-8", "replace")))
+        cache, n_tokens = count_text_files(corpus, lambda text: vocab_model.vocab.tokenize(text, add_special=False),
+                                           ngram_sizes, bar.update)
     cache.save(output)
     click.echo(f"{output}: {len(cache)} n-grams from {n_tokens} tokens", err=True)
 
@@ -336,11 +326,9 @@ def ngram_build(corpus, model, output, sizes):
 @click.option("-o", "--output", required=True, type=_OutputFile(), help="Cache file to write the sum into.")
 def ngram_merge(inputs, output):
     """Add up the counts of several cache files."""
-    from specframe.ngram_counts import NgramCache
+    from specframe.ngram_counts import merge_files
 
-    merged = NgramCache()
-    for path in inputs:
-        merged.merge(NgramCache.load(path))
+    merged = merge_files(inputs)
     merged.save(output)
     click.echo(f"{output}: {len(merged)} n-grams from {len(inputs)} files", err=True)
 
