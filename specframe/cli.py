@@ -91,7 +91,7 @@ def main(verbose: bool) -> None:
 def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec, raw, as_json):
     """Generate an answer: text on stdout, statistics on stderr."""
     from specframe.engine import Engine
-    from specframe.report import format_stats
+    from specframe.stats_text import format_stats
 
     if (prompt is None) == (prompt_file is None):
         raise click.UsageError("give exactly one of --prompt TEXT or --prompt-file FILE")
@@ -153,7 +153,7 @@ def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
     """Plain decoding vs each drafter, the chain and the oracle, greedy, on the config's target."""
     from tqdm import tqdm
 
-    from specframe.bench.report import format_table, plot
+    from specframe.bench.presentation import format_table, plot
     from specframe.bench.runner import run_bench, strategies
     from specframe.bench.workloads import workloads
     from specframe.config import load_config
