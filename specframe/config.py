@@ -1,33 +1,29 @@
 """TOML configuration -> validated, frozen dataclasses.
 
-Every error is one line naming the file, the key and what was expected. Drafter parameters are validated
-against the ``Params`` dataclass of the drafter type, so third-party drafters get the same checks for free:
-field types, plus the bounds and choices declared with ``specframe.param``.
+Every error is one line naming the file, the key and what was expected. Each section, and each drafter's
+parameters, is checked against its dataclass by ``validation.build_dataclass``, so third-party drafters get the
+same checks for free: field types, plus the bounds and choices declared with ``specframe.param``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pathlib
 import sys
-import typing
 from dataclasses import dataclass, field
 
 from specframe.drafting.chain import ARBITRATIONS
-from specframe.errors import ConfigError, ParamError, SpecframeError, printable
+from specframe.errors import ConfigError, ParamError, SpecframeError
 from specframe.files import file_problem, read_text
-from specframe.models import CATALOG
-from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, describe, param, within_bounds
+from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, param
 from specframe.plugins import DrafterType, Plugins, load_plugins
 from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
+from specframe.validation import Where, build_dataclass
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
 
 
 @dataclass(frozen=True)
@@ -103,7 +99,7 @@ class Config:
     def drafter_error(self, drafter: DrafterConfig, error: ParamError) -> ConfigError:
         """A drafter's complaint about one of its parameters, located in this file as the loader reports it."""
         section = drafter_section(self.drafters.index(drafter), drafter.type)
-        return ConfigError(_Where(self.path).at(f"{section}.{error.key}", error.problem))
+        return ConfigError(Where(self.path).at(f"{section}.{error.key}", error.problem))
 
     def ordered_drafters(self, types: dict[str, DrafterType]) -> list[DrafterConfig]:
         """The chain's priority order: [speculative] order, else draftless drafters first (config order kept)."""
@@ -128,7 +124,7 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
         raise ConfigError(str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    where = _Where(path)
+    where = Where(path)
     unknown = set(data) - set(_SECTIONS) - {"drafter"}
     if unknown:
         raise ConfigError(where.at(sorted(unknown)[0], f"unknown section; expected one of "
@@ -165,7 +161,7 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
                   sections["plugins"], tuple(drafters), plugins)
 
 
-def _drafters(tables, types: dict[str, DrafterType], where: "_Where") -> list[DrafterConfig]:
+def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[DrafterConfig]:
     if not isinstance(tables, list):
         raise ConfigError(where.at("drafter", "expected an array of tables ([[drafter]])"))
     drafters, seen = [], set()
@@ -201,73 +197,3 @@ def _drafters(tables, types: dict[str, DrafterType], where: "_Where") -> list[Dr
 def drafter_section(index: int, kind: str) -> str:
     """How errors name the table of the index-th [[drafter]]."""
     return f"drafter[{index}] (type '{kind}')"
-
-
-class _Where:
-    def __init__(self, path: pathlib.Path):
-        self.path = path
-
-    def at(self, key: str, problem: str) -> str:
-        return printable(f"{self.path}: {key}: {problem}")
-
-
-def build_dataclass(cls, table: dict, where: _Where, section: str):
-    """Instantiate ``cls`` from a TOML table, checking unknown keys, types, bounds, choices and model files."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    for key in table:
-        if key not in fields:
-            allowed = ", ".join(fields) or "(no keys)"
-            raise ConfigError(where.at(f"{section}.{key}", f"unknown key; expected one of: {allowed}"))
-    values = {}
-    for name, f in fields.items():
-        key = f"{section}.{name}"
-        if name not in table:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError(where.at(key, f"missing; expected {describe(hints[name], f.metadata)}"))
-            continue
-        value = table[name]
-        expected = describe(hints[name], f.metadata)
-        if not _type_ok(value, hints[name]):
-            raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
-        meta = f.metadata
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not within_bounds(value, meta):
-            raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
-        if meta.get("choices") is not None and value not in meta["choices"]:
-            raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
-        if meta.get("model") and value not in CATALOG:
-            problem = file_problem(where.path.parent / os.path.expanduser(value))
-            if problem:
-                raise ConfigError(where.at(key, f"model file {value!r} {problem} (relative paths are from the "
-                                                "config's folder); expected a GGUF path or a catalog name "
-                                                "(specframe models list)"))
-        values[name] = float(value) if hints[name] is float else value
-    try:
-        return cls(**values)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(where.at(section, str(exc))) from None
-
-
-def _type_ok(value, annotation) -> bool:
-    origin = typing.get_origin(annotation)
-    if origin is typing.Union or type(annotation).__name__ == "UnionType":
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    base = origin or annotation
-    if base is bool:
-        return isinstance(value, bool)
-    if base is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if base is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if base is str:
-        return isinstance(value, str)
-    if base is list:   # list items and table keys name things: an empty one is a mistake
-        (item,) = typing.get_args(annotation) or (str,)
-        return isinstance(value, list) and all(_type_ok(v, item) and v != "" for v in value)
-    if base is dict:
-        key_type, value_type = typing.get_args(annotation) or (str, str)
-        return isinstance(value, dict) and all(_type_ok(k, key_type) and k != "" and _type_ok(v, value_type)
-                                               for k, v in value.items())
-    if annotation is type(None):
-        return value is None
-    return isinstance(value, base)
