@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specframe.drafting.chain import ARBITRATIONS
 from specframe.errors import ConfigError, ParamError, SpecframeError
@@ -75,9 +75,14 @@ class PluginsConfig:
 
 @dataclass(frozen=True)
 class DrafterConfig:
-    type: str
     name: str
+    drafter_type: DrafterType   # the registered class that checked ``params`` and will make the drafter
     params: object
+
+    @property
+    def type(self) -> str:
+        """The drafter type's name, the table's ``type`` key."""
+        return self.drafter_type.name
 
 
 @dataclass(frozen=True)
@@ -88,9 +93,8 @@ class Config:
     speculative: SpeculativeConfig
     generation: GenerationConfig
     server: ServerConfig
-    plugins_config: PluginsConfig
+    plugins: PluginsConfig
     drafters: tuple[DrafterConfig, ...]
-    plugins: Plugins = field(compare=False, repr=False)
 
     @property
     def directory(self) -> pathlib.Path:
@@ -101,12 +105,12 @@ class Config:
         section = drafter_section(self.drafters.index(drafter), drafter.type)
         return ConfigError(Where(self.path).at(f"{section}.{error.key}", error.problem))
 
-    def ordered_drafters(self, types: dict[str, DrafterType]) -> list[DrafterConfig]:
+    def ordered_drafters(self) -> list[DrafterConfig]:
         """The chain's priority order: [speculative] order, else draftless drafters first (config order kept)."""
         if self.speculative.order:
             by_name = {d.name: d for d in self.drafters}
             return [by_name[name] for name in self.speculative.order]
-        return sorted(self.drafters, key=lambda d: types[d.type].cls.uses_model)
+        return sorted(self.drafters, key=lambda d: d.drafter_type.cls.uses_model)
 
 
 _SECTIONS = {"target": TargetConfig, "sampling": SamplingParams, "speculative": SpeculativeConfig,
@@ -114,7 +118,8 @@ _SECTIONS = {"target": TargetConfig, "sampling": SamplingParams, "speculative": 
 
 
 def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Config:
-    """Read and validate a config file; load the plugins it names unless ``plugins`` is given."""
+    """Read and validate a config file. Drafter parameters are checked against the drafter types of the plugins
+    it names (loaded here unless ``plugins`` is given); each drafter keeps its type, and the config no plugins."""
     path = pathlib.Path(path).expanduser().resolve()
     if file_problem(path) == "not found":
         raise ConfigError(f"{path}: no such config file")
@@ -138,10 +143,10 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
             raise ConfigError(where.at("target.model", "missing; expected a catalog model name or a GGUF path"))
         sections[name] = build_dataclass(cls, table, where, name)
     try:
-        plugins = plugins or load_plugins(sections["plugins"].modules)
+        drafter_types = (plugins or load_plugins(sections["plugins"].modules)).drafter_types()
     except ConfigError as exc:
         raise ConfigError(where.at("plugins.modules", str(exc))) from None
-    drafters = _drafters(data.get("drafter", []), plugins.drafter_types(), where)
+    drafters = _drafters(data.get("drafter", []), drafter_types, where)
     speculative, target = sections["speculative"], sections["target"]
     batch = min(target.n_batch, target.n_ctx)   # llama.cpp never batches more tokens than the context holds
     if speculative.enabled and speculative.n_max + 1 > batch:
@@ -158,7 +163,7 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
     if speculative.order and sorted(speculative.order) != sorted(names):
         raise ConfigError(where.at("speculative.order", f"must list every drafter once: {', '.join(names)}"))
     return Config(path, target, sections["sampling"], speculative, sections["generation"], sections["server"],
-                  sections["plugins"], tuple(drafters), plugins)
+                  sections["plugins"], tuple(drafters))
 
 
 def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[DrafterConfig]:
@@ -171,29 +176,30 @@ def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[Dra
         if not isinstance(table, dict):
             raise ConfigError(where.at(key, "expected a table"))
         table = dict(table)
-        kind = table.pop("type", None)
-        if kind is None:
+        type_name = table.pop("type", None)
+        if type_name is None:
             raise ConfigError(where.at(f"{key}.type", f"missing; expected one of: {known}"))
-        if not isinstance(kind, str) or kind not in types:
-            raise ConfigError(where.at(f"{key}.type", f"unknown drafter type {kind!r}; known types: {known}"))
-        name = table.pop("name", kind)
+        if not isinstance(type_name, str) or type_name not in types:
+            raise ConfigError(where.at(f"{key}.type", f"unknown drafter type {type_name!r}; known types: {known}"))
+        drafter_type = types[type_name]
+        name = table.pop("name", type_name)
         if not isinstance(name, str) or not name or name in seen:
             raise ConfigError(where.at(f"{key}.name", f"expected a non-empty name not used by another drafter, "
                                                       f"got {name!r}"))
         seen.add(name)
-        section = drafter_section(i, kind)
-        params = build_dataclass(types[kind].cls.Params, table, where, section)
+        section = drafter_section(i, type_name)
+        params = build_dataclass(drafter_type.cls.Params, table, where, section)
         try:
-            types[kind].cls.check_params(params, where.path.parent)
+            drafter_type.cls.check_params(params, where.path.parent)
         except ParamError as exc:
             raise ConfigError(where.at(f"{section}.{exc.key}", exc.problem)) from None
         except (Exception, SystemExit) as exc:   # a plugin's own bug, reported like its parameters
             raise ConfigError(where.at(section, f"the drafter's check_params raised {type(exc).__name__}: "
                                                 f"{exc}")) from None
-        drafters.append(DrafterConfig(kind, name, params))
+        drafters.append(DrafterConfig(name, drafter_type, params))
     return drafters
 
 
-def drafter_section(index: int, kind: str) -> str:
+def drafter_section(index: int, type_name: str) -> str:
     """How errors name the table of the index-th [[drafter]]."""
-    return f"drafter[{index}] (type '{kind}')"
+    return f"drafter[{index}] (type '{type_name}')"
