@@ -210,15 +210,16 @@ def plugins(as_json, modules):
     """List every registered drafter type with its plugin, package and parameters."""
     from specframe.plugins import load_plugins
 
-    listing = [kind.describe() for kind in load_plugins(modules).drafter_types().values()]
+    listing = [drafter_type.describe() for drafter_type in load_plugins(modules).drafter_types().values()]
     if as_json:
         click.echo(json.dumps(listing, indent=2))
         return
     for entry in listing:
         click.echo(f"{entry['type']}  (plugin {entry['plugin']}, package {entry['package']})")
-        for p in entry["parameters"]:
-            default = "required" if p["required"] else f"default {p['default']!r}"
-            click.echo(f"    {p['name']}: {p['expects']}, {default}" + (f" - {p['help']}" if p["help"] else ""))
+        for parameter in entry["parameters"]:
+            default = "required" if parameter["required"] else f"default {parameter['default']!r}"
+            click.echo(f"    {parameter['name']}: {parameter['expects']}, {default}"
+                       + (f" - {parameter['help']}" if parameter["help"] else ""))
 
 
 @main.group()
@@ -273,9 +274,9 @@ def models_path(name):
 
 @models.command("quantize")
 @click.argument("model")
-@click.option("-t", "--type", "kind", default="q4_0", show_default=True,
+@click.option("-t", "--type", "quant_type", default="q4_0", show_default=True,
               type=click.Choice(list(QUANT_TYPES)), help="Quantization to make.")
-def models_quantize(model, kind):
+def models_quantize(model, quant_type):
     """Re-quantize a catalog model or GGUF file (made once, cached by the file's hash) and print its path.
 
     A draft model re-quantized into q4_0 or iq4_nl drafts faster on x86 CPUs, which repack those types; the
@@ -283,7 +284,7 @@ def models_quantize(model, kind):
     from specframe.models import resolve_model
     from specframe.requantized import requantized
 
-    click.echo(str(requantized(resolve_model(model), kind)))
+    click.echo(str(requantized(resolve_model(model), quant_type)))
 
 
 @main.group()
@@ -314,7 +315,7 @@ def ngram_build(corpus, model, output, sizes):
     if not ngram_sizes or ngram_sizes[0] < 1 or ngram_sizes[-1] > NGRAM_MAX:
         raise click.BadParameter(f"sizes must lie in 1..{NGRAM_MAX}", param_hint="--sizes")
     with Model(resolve_model(model), vocab_only=True) as vocab_model, \
-            tqdm(total=sum(os.path.getsize(p) for p in corpus), unit="B", unit_scale=True, file=sys.stderr) as bar:
+            tqdm(total=sum(map(os.path.getsize, corpus)), unit="B", unit_scale=True, file=sys.stderr) as bar:
         cache, n_tokens = count_text_files(corpus, lambda text: vocab_model.vocab.tokenize(text, add_special=False),
                                            ngram_sizes, bar.update)
     cache.save(output)

@@ -153,7 +153,7 @@ def test_the_dynamic_cache_stays_under_its_cap_in_a_long_lived_engine(dynamic_co
             sizes.append(len(drafter.dynamic))
         assert len(uncapped) > 2 * 1024 and max(sizes) <= 1024 and len(drafter.learned) <= 1024
     assert len(NgramCache.load(path.parent / "dynamic.ngc")) <= 1024
-    help_text = {p["name"]: p["help"] for p in
+    help_text = {parameter["name"]: parameter["help"] for parameter in
                  engine.config.drafters[0].drafter_type.describe()["parameters"]}["max_ngrams"]
     assert "past it, the least observed are dropped" in help_text
 
