@@ -61,12 +61,12 @@ def main() -> None:
     threads = drafter.params.threads or config.target.threads or default_threads()
     print(f"{'type':8} {'workload':16} {'lengths':8} {'tok/s':>7} {'speedup':>7} {'accept':>7} {'tok/pass':>8} "
           f"{'drafting':>8}")
-    for kind in args.types:
-        path = source if kind == "none" else requantized(source, kind)
+    for quant_type in args.types:
+        path = source if quant_type == "none" else requantized(source, quant_type)
         single, batch = pass_times(path, threads)
-        print(f"{kind:8} draft pass: {single * 1e3:.1f} ms for 1 token ({1 / single:.0f} tokens/s), "
+        print(f"{quant_type:8} draft pass: {single * 1e3:.1f} ms for 1 token ({1 / single:.0f} tokens/s), "
               f"{batch * 1e3:.1f} ms for 16", flush=True)
-        params = dataclasses.replace(drafter.params, quantize=kind)
+        params = dataclasses.replace(drafter.params, quantize=quant_type)
         drafters = (dataclasses.replace(drafter, params=params),)
         engines = {lengths: Engine(dataclasses.replace(
             config, drafters=drafters, speculative=dataclasses.replace(config.speculative, adaptive=adaptive)))
@@ -78,7 +78,7 @@ def main() -> None:
                 for lengths, engine in engines.items():
                     s = engine.generate(workload.prompt, max_tokens=workload.max_tokens, temperature=0.0).stats
                     drafting = sum(d["draft_ms"] for d in s.drafters.values()) / 1e3 / s.generation_seconds
-                    print(f"{kind:8} {workload.name:16} {lengths:8} {s.tokens_per_second:7.2f} "
+                    print(f"{quant_type:8} {workload.name:16} {lengths:8} {s.tokens_per_second:7.2f} "
                           f"{s.tokens_per_second / plain.tokens_per_second:6.2f}x {100 * s.acceptance_rate:6.1f}% "
                           f"{s.tokens_per_pass:8.2f} {100 * drafting:7.1f}%", flush=True)
         finally:

@@ -144,12 +144,12 @@ def llama_server_command(binary: pathlib.Path, config: Config, port: int) -> lis
     types = [d.type for d in config.drafters if d.type in LLAMA_CPP_NGRAM_TYPES]
     for drafter in config.drafters:
         if drafter.type == "draft-model":
-            p = drafter.params
-            model = resolve_model(p.model, config.directory)
-            if p.quantize != "none":
-                model = requantized(model, p.quantize)
-            command += ["-md", str(model), "--spec-draft-n-max", str(min(p.n_max, speculative.n_max)),
-                        "--spec-draft-n-min", str(p.n_min), "--spec-draft-p-min", str(p.p_min),
+            params = drafter.params
+            model = resolve_model(params.model, config.directory)
+            if params.quantize != "none":
+                model = requantized(model, params.quantize)
+            command += ["-md", str(model), "--spec-draft-n-max", str(min(params.n_max, speculative.n_max)),
+                        "--spec-draft-n-min", str(params.n_min), "--spec-draft-p-min", str(params.p_min),
                         "-ngld", str(t.n_gpu_layers)]
             types.insert(0, "draft-simple")
     if types:

@@ -91,7 +91,7 @@ def main(verbose: bool) -> None:
 def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec, raw, as_json):
     """Generate an answer: text on stdout, statistics on stderr."""
     from specframe.engine import Engine
-    from specframe.report import format_stats
+    from specframe.stats_text import format_stats
 
     if (prompt is None) == (prompt_file is None):
         raise click.UsageError("give exactly one of --prompt TEXT or --prompt-file FILE")
@@ -153,7 +153,7 @@ def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
     """Plain decoding vs each drafter, the chain and the oracle, greedy, on the config's target."""
     from tqdm import tqdm
 
-    from specframe.bench.report import format_table, plot
+    from specframe.bench.presentation import format_table, plot
     from specframe.bench.runner import run_bench, strategies
     from specframe.bench.workloads import workloads
     from specframe.config import load_config
@@ -210,15 +210,16 @@ def plugins(as_json, modules):
     """List every registered drafter type with its plugin, package and parameters."""
     from specframe.plugins import load_plugins
 
-    listing = [kind.describe() for kind in load_plugins(modules).drafter_types().values()]
+    listing = [drafter_type.describe() for drafter_type in load_plugins(modules).drafter_types().values()]
     if as_json:
         click.echo(json.dumps(listing, indent=2))
         return
     for entry in listing:
         click.echo(f"{entry['type']}  (plugin {entry['plugin']}, package {entry['package']})")
-        for p in entry["parameters"]:
-            default = "required" if p["required"] else f"default {p['default']!r}"
-            click.echo(f"    {p['name']}: {p['expects']}, {default}" + (f" - {p['help']}" if p["help"] else ""))
+        for parameter in entry["parameters"]:
+            default = "required" if parameter["required"] else f"default {parameter['default']!r}"
+            click.echo(f"    {parameter['name']}: {parameter['expects']}, {default}"
+                       + (f" - {parameter['help']}" if parameter["help"] else ""))
 
 
 @main.group()
@@ -273,9 +274,9 @@ def models_path(name):
 
 @models.command("quantize")
 @click.argument("model")
-@click.option("-t", "--type", "kind", default="q4_0", show_default=True,
+@click.option("-t", "--type", "quant_type", default="q4_0", show_default=True,
               type=click.Choice(list(QUANT_TYPES)), help="Quantization to make.")
-def models_quantize(model, kind):
+def models_quantize(model, quant_type):
     """Re-quantize a catalog model or GGUF file (made once, cached by the file's hash) and print its path.
 
     A draft model re-quantized into q4_0 or iq4_nl drafts faster on x86 CPUs, which repack those types; the
@@ -283,7 +284,7 @@ def models_quantize(model, kind):
     from specframe.models import resolve_model
     from specframe.requantized import requantized
 
-    click.echo(str(requantized(resolve_model(model), kind)))
+    click.echo(str(requantized(resolve_model(model), quant_type)))
 
 
 @main.group()
@@ -305,7 +306,7 @@ def ngram_build(corpus, model, output, sizes):
 
     from specframe.llama import Model
     from specframe.models import resolve_model
-    from specframe.ngram_cache import NGRAM_MAX, NgramCache
+    from specframe.ngram_counts import NGRAM_MAX, count_text_files
 
     try:
         ngram_sizes = sorted({int(x) for x in sizes.split(",")})
@@ -313,20 +314,10 @@ def ngram_build(corpus, model, output, sizes):
         raise click.BadParameter(f"expected comma-separated integers, got {sizes!r}", param_hint="--sizes")
     if not ngram_sizes or ngram_sizes[0] < 1 or ngram_sizes[-1] > NGRAM_MAX:
         raise click.BadParameter(f"sizes must lie in 1..{NGRAM_MAX}", param_hint="--sizes")
-    cache = NgramCache()
-    n_tokens = 0
     with Model(resolve_model(model), vocab_only=True) as vocab_model, \
-            tqdm(total=sum(os.path.getsize(p) for p in corpus), unit="B", unit_scale=True, file=sys.stderr) as bar:
-        for path in corpus:
-            tail: list[int] = []                      # the last tokens, so n-grams run across chunks
-            with open(path, encoding="utf-8", errors="replace") as f:
-                while chunk := f.read(1 << 20):
-                    chunk += f.readline()             # end chunks at a line break
-                    tokens = vocab_model.vocab.tokenize(chunk, add_special=False).tolist()
-                    cache.update(tail + tokens, start=len(tail), sizes=ngram_sizes)
-                    tail = (tail + tokens)[-NGRAM_MAX:]
-                    n_tokens += len(tokens)
-                    bar.update(len(chunk.encode("utf-8", "replace")))
+            tqdm(total=sum(map(os.path.getsize, corpus)), unit="B", unit_scale=True, file=sys.stderr) as bar:
+        cache, n_tokens = count_text_files(corpus, lambda text: vocab_model.vocab.tokenize(text, add_special=False),
+                                           ngram_sizes, bar.update)
     cache.save(output)
     click.echo(f"{output}: {len(cache)} n-grams from {n_tokens} tokens", err=True)
 
@@ -336,11 +327,9 @@ def ngram_build(corpus, model, output, sizes):
 @click.option("-o", "--output", required=True, type=_OutputFile(), help="Cache file to write the sum into.")
 def ngram_merge(inputs, output):
     """Add up the counts of several cache files."""
-    from specframe.ngram_cache import NgramCache
+    from specframe.ngram_counts import merge_files
 
-    merged = NgramCache()
-    for path in inputs:
-        merged.merge(NgramCache.load(path))
+    merged = merge_files(inputs)
     merged.save(output)
     click.echo(f"{output}: {len(merged)} n-grams from {len(inputs)} files", err=True)
 
@@ -350,7 +339,7 @@ def ngram_merge(inputs, output):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def ngram_stats(path, as_json):
     """Sizes of a cache file."""
-    from specframe.ngram_cache import NgramCache
+    from specframe.ngram_counts import NgramCache
 
     stats = NgramCache.load(path).stats()
     if as_json:

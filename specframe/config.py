@@ -1,33 +1,29 @@
 """TOML configuration -> validated, frozen dataclasses.
 
-Every error is one line naming the file, the key and what was expected. Drafter parameters are validated
-against the ``Params`` dataclass of the drafter type, so third-party drafters get the same checks for free:
-field types, plus the bounds and choices declared with ``specframe.param``.
+Every error is one line naming the file, the key and what was expected. Each section, and each drafter's
+parameters, is checked against its dataclass by ``validation.build_dataclass``, so third-party drafters get the
+same checks for free: field types, plus the bounds and choices declared with ``specframe.param``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pathlib
 import sys
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specframe.drafting.chain import ARBITRATIONS
-from specframe.errors import ConfigError, ParamError, SpecframeError, printable
+from specframe.errors import ConfigError, ParamError, SpecframeError
 from specframe.files import file_problem, read_text
-from specframe.models import CATALOG
-from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, describe, param, within_bounds
+from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, param
 from specframe.plugins import DrafterType, Plugins, load_plugins
 from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
+from specframe.validation import Where, build_dataclass
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
 
 
 @dataclass(frozen=True)
@@ -79,9 +75,14 @@ class PluginsConfig:
 
 @dataclass(frozen=True)
 class DrafterConfig:
-    type: str
     name: str
+    drafter_type: DrafterType   # the registered class that checked ``params`` and will make the drafter
     params: object
+
+    @property
+    def type(self) -> str:
+        """The drafter type's name, the table's ``type`` key."""
+        return self.drafter_type.name
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,8 @@ class Config:
     speculative: SpeculativeConfig
     generation: GenerationConfig
     server: ServerConfig
-    plugins_config: PluginsConfig
+    plugins: PluginsConfig
     drafters: tuple[DrafterConfig, ...]
-    plugins: Plugins = field(compare=False, repr=False)
 
     @property
     def directory(self) -> pathlib.Path:
@@ -103,14 +103,14 @@ class Config:
     def drafter_error(self, drafter: DrafterConfig, error: ParamError) -> ConfigError:
         """A drafter's complaint about one of its parameters, located in this file as the loader reports it."""
         section = drafter_section(self.drafters.index(drafter), drafter.type)
-        return ConfigError(_Where(self.path).at(f"{section}.{error.key}", error.problem))
+        return ConfigError(Where(self.path).at(f"{section}.{error.key}", error.problem))
 
-    def ordered_drafters(self, types: dict[str, DrafterType]) -> list[DrafterConfig]:
+    def ordered_drafters(self) -> list[DrafterConfig]:
         """The chain's priority order: [speculative] order, else draftless drafters first (config order kept)."""
         if self.speculative.order:
             by_name = {d.name: d for d in self.drafters}
             return [by_name[name] for name in self.speculative.order]
-        return sorted(self.drafters, key=lambda d: types[d.type].cls.uses_model)
+        return sorted(self.drafters, key=lambda d: d.drafter_type.cls.uses_model)
 
 
 _SECTIONS = {"target": TargetConfig, "sampling": SamplingParams, "speculative": SpeculativeConfig,
@@ -118,7 +118,8 @@ _SECTIONS = {"target": TargetConfig, "sampling": SamplingParams, "speculative": 
 
 
 def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Config:
-    """Read and validate a config file; load the plugins it names unless ``plugins`` is given."""
+    """Read and validate a config file. Drafter parameters are checked against the drafter types of the plugins
+    it names (loaded here unless ``plugins`` is given); each drafter keeps its type, and the config no plugins."""
     path = pathlib.Path(path).expanduser().resolve()
     if file_problem(path) == "not found":
         raise ConfigError(f"{path}: no such config file")
@@ -128,7 +129,7 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
         raise ConfigError(str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    where = _Where(path)
+    where = Where(path)
     unknown = set(data) - set(_SECTIONS) - {"drafter"}
     if unknown:
         raise ConfigError(where.at(sorted(unknown)[0], f"unknown section; expected one of "
@@ -142,10 +143,10 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
             raise ConfigError(where.at("target.model", "missing; expected a catalog model name or a GGUF path"))
         sections[name] = build_dataclass(cls, table, where, name)
     try:
-        plugins = plugins or load_plugins(sections["plugins"].modules)
+        drafter_types = (plugins or load_plugins(sections["plugins"].modules)).drafter_types()
     except ConfigError as exc:
         raise ConfigError(where.at("plugins.modules", str(exc))) from None
-    drafters = _drafters(data.get("drafter", []), plugins.drafter_types(), where)
+    drafters = _drafters(data.get("drafter", []), drafter_types, where)
     speculative, target = sections["speculative"], sections["target"]
     batch = min(target.n_batch, target.n_ctx)   # llama.cpp never batches more tokens than the context holds
     if speculative.enabled and speculative.n_max + 1 > batch:
@@ -162,10 +163,10 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
     if speculative.order and sorted(speculative.order) != sorted(names):
         raise ConfigError(where.at("speculative.order", f"must list every drafter once: {', '.join(names)}"))
     return Config(path, target, sections["sampling"], speculative, sections["generation"], sections["server"],
-                  sections["plugins"], tuple(drafters), plugins)
+                  sections["plugins"], tuple(drafters))
 
 
-def _drafters(tables, types: dict[str, DrafterType], where: "_Where") -> list[DrafterConfig]:
+def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[DrafterConfig]:
     if not isinstance(tables, list):
         raise ConfigError(where.at("drafter", "expected an array of tables ([[drafter]])"))
     drafters, seen = [], set()
@@ -175,99 +176,30 @@ def _drafters(tables, types: dict[str, DrafterType], where: "_Where") -> list[Dr
         if not isinstance(table, dict):
             raise ConfigError(where.at(key, "expected a table"))
         table = dict(table)
-        kind = table.pop("type", None)
-        if kind is None:
+        type_name = table.pop("type", None)
+        if type_name is None:
             raise ConfigError(where.at(f"{key}.type", f"missing; expected one of: {known}"))
-        if not isinstance(kind, str) or kind not in types:
-            raise ConfigError(where.at(f"{key}.type", f"unknown drafter type {kind!r}; known types: {known}"))
-        name = table.pop("name", kind)
+        if not isinstance(type_name, str) or type_name not in types:
+            raise ConfigError(where.at(f"{key}.type", f"unknown drafter type {type_name!r}; known types: {known}"))
+        drafter_type = types[type_name]
+        name = table.pop("name", type_name)
         if not isinstance(name, str) or not name or name in seen:
             raise ConfigError(where.at(f"{key}.name", f"expected a non-empty name not used by another drafter, "
                                                       f"got {name!r}"))
         seen.add(name)
-        section = drafter_section(i, kind)
-        params = build_dataclass(types[kind].cls.Params, table, where, section)
+        section = drafter_section(i, type_name)
+        params = build_dataclass(drafter_type.cls.Params, table, where, section)
         try:
-            types[kind].cls.check_params(params, where.path.parent)
+            drafter_type.cls.check_params(params, where.path.parent)
         except ParamError as exc:
             raise ConfigError(where.at(f"{section}.{exc.key}", exc.problem)) from None
         except (Exception, SystemExit) as exc:   # a plugin's own bug, reported like its parameters
             raise ConfigError(where.at(section, f"the drafter's check_params raised {type(exc).__name__}: "
                                                 f"{exc}")) from None
-        drafters.append(DrafterConfig(kind, name, params))
+        drafters.append(DrafterConfig(name, drafter_type, params))
     return drafters
 
 
-def drafter_section(index: int, kind: str) -> str:
+def drafter_section(index: int, type_name: str) -> str:
     """How errors name the table of the index-th [[drafter]]."""
-    return f"drafter[{index}] (type '{kind}')"
-
-
-class _Where:
-    def __init__(self, path: pathlib.Path):
-        self.path = path
-
-    def at(self, key: str, problem: str) -> str:
-        return printable(f"{self.path}: {key}: {problem}")
-
-
-def build_dataclass(cls, table: dict, where: _Where, section: str):
-    """Instantiate ``cls`` from a TOML table, checking unknown keys, types, bounds, choices and model files."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    for key in table:
-        if key not in fields:
-            allowed = ", ".join(fields) or "(no keys)"
-            raise ConfigError(where.at(f"{section}.{key}", f"unknown key; expected one of: {allowed}"))
-    values = {}
-    for name, f in fields.items():
-        key = f"{section}.{name}"
-        if name not in table:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError(where.at(key, f"missing; expected {describe(hints[name], f.metadata)}"))
-            continue
-        value = table[name]
-        expected = describe(hints[name], f.metadata)
-        if not _type_ok(value, hints[name]):
-            raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
-        meta = f.metadata
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not within_bounds(value, meta):
-            raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
-        if meta.get("choices") is not None and value not in meta["choices"]:
-            raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
-        if meta.get("model") and value not in CATALOG:
-            problem = file_problem(where.path.parent / os.path.expanduser(value))
-            if problem:
-                raise ConfigError(where.at(key, f"model file {value!r} {problem} (relative paths are from the "
-                                                "config's folder); expected a GGUF path or a catalog name "
-                                                "(specframe models list)"))
-        values[name] = float(value) if hints[name] is float else value
-    try:
-        return cls(**values)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(where.at(section, str(exc))) from None
-
-
-def _type_ok(value, annotation) -> bool:
-    origin = typing.get_origin(annotation)
-    if origin is typing.Union or type(annotation).__name__ == "UnionType":
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    base = origin or annotation
-    if base is bool:
-        return isinstance(value, bool)
-    if base is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if base is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if base is str:
-        return isinstance(value, str)
-    if base is list:   # list items and table keys name things: an empty one is a mistake
-        (item,) = typing.get_args(annotation) or (str,)
-        return isinstance(value, list) and all(_type_ok(v, item) and v != "" for v in value)
-    if base is dict:
-        key_type, value_type = typing.get_args(annotation) or (str, str)
-        return isinstance(value, dict) and all(_type_ok(k, key_type) and k != "" and _type_ok(v, value_type)
-                                               for k, v in value.items())
-    if annotation is type(None):
-        return value is None
-    return isinstance(value, base)
+    return f"drafter[{index}] (type '{type_name}')"

@@ -46,7 +46,6 @@ class Engine:
 
     def __init__(self, config: Config, slots: int = 1):
         self.config = config
-        self.plugins = config.plugins
         self.slots = slots
         t = config.target
         self.n_threads = t.threads or default_threads()

@@ -18,19 +18,19 @@ from specframe.files import atomic_write, locked
 from specframe.paths import models_dir
 
 
-def requantized(source: pathlib.Path, kind: str, threads: int = 0) -> pathlib.Path:
-    """``source`` re-quantized into ``kind`` (see specframe.llama.quantize.QUANT_TYPES), made on first use."""
+def requantized(source: pathlib.Path, quant_type: str, threads: int = 0) -> pathlib.Path:
+    """``source`` re-quantized into ``quant_type`` (see specframe.llama.quantize.QUANT_TYPES), made on first use."""
     from specframe.llama.quantize import quantize
 
     folder = models_dir() / "requantized"
-    destination = folder / f"{source.stem}.{source_hash(source)[:16]}.{kind}.gguf"
+    destination = folder / f"{source.stem}.{source_hash(source)[:16]}.{quant_type}.gguf"
     if destination.is_file():
         return destination
     with locked(destination):
         if not destination.is_file():                    # another process may have made it meanwhile
             partial = destination.with_name(f".{destination.name}.{os.getpid()}.partial")
             try:
-                quantize(source, partial, kind, threads)
+                quantize(source, partial, quant_type, threads)
                 os.replace(partial, destination)
             finally:
                 partial.unlink(missing_ok=True)

@@ -49,18 +49,18 @@ class TokenSampler:
 
     def candidates(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Token ids (most likely first) and their probabilities after temperature, top-k and top-p."""
-        p = self.params
-        if 0 < p.top_k < logits.size:
-            ids = np.argpartition(logits, -p.top_k)[-p.top_k:]
+        params = self.params
+        if 0 < params.top_k < logits.size:
+            ids = np.argpartition(logits, -params.top_k)[-params.top_k:]
         else:
             ids = np.arange(logits.size)
-        scaled = logits[ids].astype(np.float64) / p.temperature
+        scaled = logits[ids].astype(np.float64) / params.temperature
         order = np.argsort(-scaled, kind="stable")
         ids, scaled = ids[order], scaled[order]
         weights = np.exp(scaled - scaled[0])
         probs = weights / weights.sum()
-        if p.top_p < 1.0:
-            keep = int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1
+        if params.top_p < 1.0:
+            keep = int(np.searchsorted(np.cumsum(probs), params.top_p)) + 1
             ids, probs = ids[:keep], probs[:keep] / probs[:keep].sum()
         return ids, probs
 

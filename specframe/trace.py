@@ -1,4 +1,4 @@
-"""An optional observer of a request's target passes, for benchmarks and the lossless check (lossless.py).
+"""An optional observer of a request's target passes, for benchmarks and the lossless check (testing/lossless.py).
 
 For each generated token it records the target's top-2 logit gap in the pass that chose it (how near a tie the
 greedy choice was), and it records every pass that held some of the request's tokens as it was laid out, so

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from specframe.synthetic import write_synthetic_model
+from specframe.testing.synthetic import write_synthetic_model
 
 
 @pytest.fixture(autouse=True)

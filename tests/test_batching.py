@@ -5,7 +5,7 @@ import pytest
 
 from specframe.config import load_config
 from specframe.engine import Engine
-from specframe.lossless import compare
+from specframe.testing.lossless import compare
 
 PROMPTS = ["the quick brown fox jumps over the lazy dog and the quick brown fox",
            "one two three four one two three four one two",
@@ -113,7 +113,7 @@ def test_slots_share_what_drafters_share_and_keep_the_rest_apart(engines):
 def test_the_lossless_check_replays_the_passes_a_request_shared(engines, together):
     import dataclasses
 
-    from specframe.lossless import _replay_chooses
+    from specframe.testing.lossless import _replay_chooses
 
     engine = engines(4)
     batched = together(engine, PROMPTS, stagger=1, traced=True)

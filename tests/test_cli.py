@@ -116,7 +116,7 @@ def test_a_missing_library_is_one_line_that_says_how_to_build_it(config, tmp_pat
 
 
 def test_ngram_build_merge_and_stats(tmp_path, target_path):
-    from specframe.ngram_cache import NgramCache
+    from specframe.ngram_counts import NgramCache
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("for i in range(10):\n    print(i)\n" * 50)

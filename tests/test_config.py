@@ -24,9 +24,10 @@ def test_a_valid_config_loads_with_defaults_and_priority_order(write_config, tar
         """))
     assert config.target.n_ctx == 4096 and config.sampling.temperature == 1.0
     assert isinstance(config.sampling.temperature, float)
-    types = config.plugins.drafter_types()
     # draftless drafters go first unless [speculative] order says otherwise
-    assert [d.name for d in config.ordered_drafters(types)] == ["short-ngrams", "draft-model"]
+    assert [d.name for d in config.ordered_drafters()] == ["short-ngrams", "draft-model"]
+    assert [d.type for d in config.drafters] == ["draft-model", "ngram-simple"]
+    assert config.drafters[1].drafter_type.plugin == "specframe.drafters.ngram_simple"
     assert config.drafters[1].params.n == 3 and config.drafters[1].params.m == 48
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.target.n_ctx = 1
@@ -45,7 +46,7 @@ def test_explicit_order_is_kept(write_config, target_path):
         type = "ngram-simple"
         name = "b"
         """))
-    assert [d.name for d in config.ordered_drafters(config.plugins.drafter_types())] == ["b", "a"]
+    assert [d.name for d in config.ordered_drafters()] == ["b", "a"]
 
 
 def test_relative_model_paths_are_read_from_the_config_folder(write_config, target_path, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from specframe.engine import Engine
 from specframe.errors import ConfigError, SpecframeError
-from specframe.ngram_cache import NgramCache
+from specframe.ngram_counts import NgramCache
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 

@@ -7,7 +7,7 @@ import pytest
 
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
-from specframe.lossless import compare
+from specframe.testing.lossless import compare
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 

@@ -36,7 +36,7 @@ from specframe.drafters.ngram_cache import NgramCacheDrafter, NgramCacheParams
 from specframe.drafting import Draft, Drafter
 from specframe.drafting.pass_cost import FORMAT_VERSION, PassCost, PassCostError, PassCostStore, check_table
 from specframe.errors import ConfigError
-from specframe.ngram_cache import MAGIC, NGRAM_MAX, VERSION, NgramCache, NgramCacheError
+from specframe.ngram_counts import MAGIC, NGRAM_MAX, VERSION, NgramCache, NgramCacheError
 from specframe.plugins import load_plugins
 
 SCALE = int(os.environ.get("SPECFRAME_FUZZ_SCALE", "1"))
@@ -116,8 +116,8 @@ def field_value(field, annotation, model: str) -> st.SearchStrategy:
     elif annotation in (int, float):
         low, high = meta.get("min"), meta.get("max")
         low = -10 if low is None else low
-        kind = st.integers if annotation is int else st.floats
-        inside = kind(low, low + 64 if high is None else min(high, low + 64))
+        numbers = st.integers if annotation is int else st.floats
+        inside = numbers(low, low + 64 if high is None else min(high, low + 64))
         bounds = [near(b) for b in (low, high) if b is not None]
         good = st.one_of(inside, *bounds) if bounds else inside
     elif typing.get_origin(annotation) is list or annotation is list:
@@ -145,8 +145,8 @@ def table_of(cls, model: str, extra: dict | None = None) -> st.SearchStrategy:
 def config_documents(model: str) -> st.SearchStrategy:
     types = load_plugins().drafter_types()
 
-    def drafter(kind):
-        return table_of(types[kind].cls.Params, model, {"type": kind})
+    def drafter(type_name):
+        return table_of(types[type_name].cls.Params, model, {"type": type_name})
 
     drafters = st.lists(st.one_of(*[st.sampled_from(sorted(types)).flatmap(drafter)] * 9,
                                   st.dictionaries(st.sampled_from(["type", "name"]), anything, max_size=2)),

@@ -99,13 +99,13 @@ BUILTIN_TYPES = ["prompt-lookup", "ngram-simple", "ngram-map-k", "ngram-map-k4v"
                  "draft-model"]
 
 
-@pytest.mark.parametrize("kind", BUILTIN_TYPES)
-def test_every_numeric_parameter_of_every_builtin_drafter_has_an_upper_bound_that_plugins_shows(kind):
-    drafter_type = load_plugins().drafter_types()[kind]
+@pytest.mark.parametrize("type_name", BUILTIN_TYPES)
+def test_every_numeric_parameter_of_every_builtin_drafter_has_an_upper_bound_that_plugins_shows(type_name):
+    drafter_type = load_plugins().drafter_types()[type_name]
     fields = numeric_fields(drafter_type.cls.Params)
     assert fields
     unbounded = [f.name for f in fields if f.metadata.get("max") is None]
-    assert not unbounded, f"{kind}: no upper bound on {unbounded}"
+    assert not unbounded, f"{type_name}: no upper bound on {unbounded}"
     listing = {p["name"]: p for p in drafter_type.describe()["parameters"]}
     shown = run("plugins").stdout
     for f in fields:

@@ -5,7 +5,7 @@ import pytest
 
 from specframe.errors import ModelError
 from specframe.llama import Context, ContextFullError, Model, Segment
-from specframe.synthetic import write_synthetic_model
+from specframe.testing.synthetic import write_synthetic_model
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_closing_a_model_closes_its_contexts_first(target_path):
 def test_vocab_compatibility_follows_llama_cpp(model, draft_path, tmp_path):
     with Model(draft_path, vocab_only=True) as same:
         assert model.vocab.incompatibility(same.vocab) is None
-    from specframe.synthetic import SyntheticShape
+    from specframe.testing.synthetic import SyntheticShape
     other = write_synthetic_model(tmp_path / "other.gguf", shape=SyntheticShape(n_layer=1))
     with Model(other, vocab_only=True) as m:
         assert model.vocab.incompatibility(m.vocab) is None   # weights differ, vocabulary does not

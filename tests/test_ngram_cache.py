@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specframe.drafters.ngram_cache import NgramCacheDrafter, NgramCacheParams
-from specframe.ngram_cache import NgramCache, NgramCacheError
+from specframe.ngram_counts import NgramCache, NgramCacheError
 
 
 def cache_of(*sequences):

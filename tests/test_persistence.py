@@ -12,7 +12,7 @@ from specframe.cli import main
 from specframe.config import load_config
 from specframe.engine import Engine
 from specframe.errors import ConfigError
-from specframe.ngram_cache import COUNT_MAX, NgramCache
+from specframe.ngram_counts import COUNT_MAX, NgramCache
 
 PROMPTS = ["one two three one two three one two", "alpha beta gamma alpha beta gamma alpha"]
 
@@ -153,8 +153,8 @@ def test_the_dynamic_cache_stays_under_its_cap_in_a_long_lived_engine(dynamic_co
             sizes.append(len(drafter.dynamic))
         assert len(uncapped) > 2 * 1024 and max(sizes) <= 1024 and len(drafter.learned) <= 1024
     assert len(NgramCache.load(path.parent / "dynamic.ngc")) <= 1024
-    help_text = {p["name"]: p["help"] for p in
-                 engine.plugins.drafter_types()["ngram-cache"].describe()["parameters"]}["max_ngrams"]
+    help_text = {parameter["name"]: parameter["help"] for parameter in
+                 engine.config.drafters[0].drafter_type.describe()["parameters"]}["max_ngrams"]
     assert "past it, the least observed are dropped" in help_text
 
 

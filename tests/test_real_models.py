@@ -13,7 +13,7 @@ from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import ModelError
 from specframe.bench.workloads import workload
-from specframe.lossless import compare
+from specframe.testing.lossless import compare
 
 pytestmark = pytest.mark.real_model
 REPO = pathlib.Path(__file__).resolve().parent.parent

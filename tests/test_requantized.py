@@ -5,8 +5,8 @@ import collections
 import gguf
 
 from specframe.engine import Engine
-from specframe.lossless import compare
 from specframe.requantized import requantized
+from specframe.testing.lossless import compare
 
 
 def tensor_types(path) -> collections.Counter:

@@ -180,27 +180,27 @@ class BadProbabilities(specframe.Drafter):
 
     name = "bad-probabilities"
 
-    def __init__(self, kind: str, token: int, n_vocab: int):
+    def __init__(self, flaw: str, token: int, n_vocab: int):
         super().__init__(None, None)
-        self.kind, self.token, self.n_vocab = kind, token, n_vocab
+        self.flaw, self.token, self.n_vocab = flaw, token, n_vocab
 
     def draft(self, history, n_max):
         probs = np.zeros((1, self.n_vocab), dtype=np.float32)
-        if self.kind == "nan":
+        if self.flaw == "nan":
             probs[:] = np.nan
-        elif self.kind == "all ones":
+        elif self.flaw == "all ones":
             probs[:] = 1.0
         else:                                   # q = 2 at the drafted token
             probs[0, self.token] = 2.0
         return specframe.Draft.of([self.token], probs)
 
 
-@pytest.mark.parametrize("kind", ["nan", "all ones", "q = 2"])
-def test_draft_probabilities_that_are_not_a_distribution_cannot_bias_sampling(engine, exact, kind):
+@pytest.mark.parametrize("flaw", ["nan", "all ones", "q = 2"])
+def test_draft_probabilities_that_are_not_a_distribution_cannot_bias_sampling(engine, exact, flaw):
     favourite = max(exact, key=exact.get)[0]
     counts = {}
     for seed in range(2000):
-        drafter = BadProbabilities(kind, favourite, engine.vocab.n_tokens)
+        drafter = BadProbabilities(flaw, favourite, engine.vocab.n_tokens)
         result = engine.generate(PROMPT, raw=True, max_tokens=LENGTH, seed=seed, acceptance="rejection",
                                  chain=engine.chain_of({"bad": drafter}))
         counts[tuple(result.tokens)] = counts.get(tuple(result.tokens), 0) + 1

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specframe.config import load_config
 from specframe.engine import Engine
-from specframe.ngram_cache import NgramCache
+from specframe.ngram_counts import NgramCache
 from specframe.serve.server import Server, model_name
 
 MAX_SECONDS = 120

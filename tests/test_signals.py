@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from specframe.ngram_cache import NgramCache
+from specframe.ngram_counts import NgramCache
 
 RUNNER = '''
 import importlib, os, signal, sys

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from specframe.drafters.token_mapping import Replacements, TokenMapping, complete_utf8
+from specframe.drafting.token_mapping import Replacements, TokenMapping, complete_utf8
 from specframe.llama import Model
-from specframe.synthetic import write_synthetic_model
+from specframe.testing.synthetic import write_synthetic_model
 
 TEXT = ("def add(first, second):\n    \"\"\"Sum of two numbers — naïve, 東京 🎉\"\"\"\n"
         "    return first + second\n\nprint(add(2, 3))  # the answer\n")

@@ -18,8 +18,8 @@ from specframe.config import Config
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
-from specframe.lossless import compare
 from specframe.results import GenerationResult
+from specframe.testing.lossless import compare
 
 PLAIN, CHAIN, ORACLE = "plain", "chain", "oracle"
 
@@ -199,8 +199,8 @@ def _lossless(plain: GenerationResult, result: GenerationResult, engine: Engine)
     verdict = compare(plain, result, engine)
     if verdict.identical:
         return "identical"
-    kind = "near-tie" if verdict.near_tie else "batching" if verdict.ok else "DIFFERS"
-    return f"{kind} at {verdict.diverged_at}"
+    cause = "near-tie" if verdict.near_tie else "batching" if verdict.ok else "DIFFERS"
+    return f"{cause} at {verdict.diverged_at}"
 
 
 def _reset_peak_rss() -> None:

@@ -11,7 +11,7 @@ shorter than ``n_min`` are dropped. When the engine accepts by rejection samplin
 draft samples its tokens with the target's temperature / top-k / top-p instead and returns their distributions.
 
 Vocabularies: llama.cpp's compatibility check decides. A compatible draft drafts token ids directly; any other
-drafts through text (token_mapping.py), with the ``replace`` table turning target text into the draft's dialect.
+drafts through text (drafting/token_mapping.py), with the ``replace`` table turning target text into the draft's dialect.
 
 Difference from llama.cpp: its p_min is tested on probabilities renormalised over the top 10 candidates; here
 it is the probability over the whole vocabulary, which is what p_min means (slightly stricter).
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specframe.drafters.token_mapping import TokenMapping
 from specframe.drafting import NO_DRAFT, Draft, Drafter, DrafterEnv
+from specframe.drafting.token_mapping import TokenMapping
 from specframe.errors import ModelError
 from specframe.hookspecs import hookimpl
 from specframe.llama import Context, Model

@@ -35,7 +35,7 @@ from specframe.drafting.history import HistoryMirror
 from specframe.errors import ParamError
 from specframe.files import file_problem, output_problem
 from specframe.hookspecs import hookimpl
-from specframe.ngram_cache import NGRAM_MAX, NgramCache
+from specframe.ngram_counts import NGRAM_MAX, NgramCache
 from specframe.params import MAX_DRAFT_TOKENS, param
 
 STATIC_SIZE = 2

@@ -130,7 +130,7 @@ class NgramModDrafter(Drafter):
             self.reset()
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
-        p, n = self.params, self.params.n_match
+        params, n = self.params, self.params.n_match
         self._drafted = 0
         committed = len(history) - 1                     # llama.cpp's "prompt": history before the last token
         if committed < n:
@@ -144,12 +144,12 @@ class NgramModDrafter(Drafter):
         h = 0
         for token in window:
             h = (h * _MULTIPLIER + token) & _MASK
-        size, lead = p.pool_size, self._lead
+        size, lead = params.pool_size, self._lead
         chain: list[int] = []
-        for i in range(p.n_max):
+        for i in range(params.n_max):
             token = int(self.pool[h % size])
             if token == _EMPTY:
-                if i < p.n_min:
+                if i < params.n_min:
                     return NO_DRAFT
                 break
             chain.append(token)

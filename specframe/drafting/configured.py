@@ -36,9 +36,7 @@ class ConfiguredDrafters:
             unknown = set(names) - {d.name for d in self.config.drafters}
             if unknown:
                 raise SpecframeError(f"no drafter named {', '.join(sorted(unknown))} in {self.config.path}")
-        types = self.config.plugins.drafter_types()
-        made = [self._entries(d, types) for d in self.config.ordered_drafters(types)
-                if names is None or d.name in names]
+        made = [self._entries(d) for d in self.config.ordered_drafters() if names is None or d.name in names]
         entries = [slots[slot] for slots in made if slots is not None]
         return self._new_chain(entries) if entries else None
 
@@ -47,16 +45,16 @@ class ConfiguredDrafters:
         return self._new_chain([ChainEntry(label, drafter, plugin, DrafterStats())
                                 for label, drafter in drafters.items()])
 
-    def _entries(self, drafter_cfg: "DrafterConfig", types) -> list[ChainEntry] | None:
+    def _entries(self, drafter_cfg: "DrafterConfig") -> list[ChainEntry] | None:
         """One chain entry per slot for a configured drafter, created once; None when a third-party drafter
         cannot start."""
         if drafter_cfg.name not in self._made:
-            kind = types[drafter_cfg.type]
+            drafter_type = drafter_cfg.drafter_type
             try:
-                drafters = kind.cls.for_slots(drafter_cfg.params, self.env, self.slots)
+                drafters = drafter_type.cls.for_slots(drafter_cfg.params, self.env, self.slots)
                 if len(drafters) != self.slots:
                     raise TypeError(f"for_slots() made {len(drafters)} drafters for {self.slots} slots")
-                self._made[drafter_cfg.name] = [ChainEntry(drafter_cfg.name, drafter, kind.plugin, DrafterStats())
+                self._made[drafter_cfg.name] = [ChainEntry(drafter_cfg.name, drafter, drafter_type.plugin, DrafterStats())
                                                 for drafter in drafters]
             except ParamError as exc:
                 raise self.config.drafter_error(drafter_cfg, exc) from None
@@ -64,7 +62,7 @@ class ConfiguredDrafters:
                 raise
             except (Exception, SystemExit) as exc:  # a third-party drafter that cannot start is reported, not fatal
                 log.warning("drafter '%s' (plugin %s) could not be created and is left out: %s: %s",
-                            drafter_cfg.name, kind.plugin, type(exc).__name__, exc)
+                            drafter_cfg.name, drafter_type.plugin, type(exc).__name__, exc)
                 self._made[drafter_cfg.name] = None
         return self._made[drafter_cfg.name]
 

@@ -10,11 +10,7 @@ def system_info() -> str:
     return ffi.string(lib.llama_print_system_info()).decode()
 
 
-def supports_gpu_offload() -> bool:
-    return bool(native()[1].llama_supports_gpu_offload())
-
-
 __all__ = [
     "Batch", "Context", "ContextFullError", "DecodeError", "LlamaLibraryError", "Model", "Segment", "Vocab",
-    "default_threads", "library_prefix", "native", "supports_gpu_offload", "system_info",
+    "default_threads", "library_prefix", "native", "system_info",
 ]

@@ -78,7 +78,6 @@ typedef struct llama_chat_message {
 
 void llama_backend_init(void);
 const char * llama_print_system_info(void);
-bool llama_supports_gpu_offload(void);
 void llama_log_set(ggml_log_callback log_callback, void * user_data);
 
 struct llama_model_params llama_model_default_params(void);
@@ -90,18 +89,12 @@ uint32_t llama_model_quantize(const char * fname_inp, const char * fname_out, co
 struct llama_model * llama_model_load_from_file(const char * path_model, struct llama_model_params params);
 void llama_model_free(struct llama_model * model);
 const struct llama_vocab * llama_model_get_vocab(const struct llama_model * model);
-int32_t llama_model_n_ctx_train(const struct llama_model * model);
-int32_t llama_model_desc(const struct llama_model * model, char * buf, size_t buf_size);
-uint64_t llama_model_size(const struct llama_model * model);
-uint64_t llama_model_n_params(const struct llama_model * model);
-int32_t llama_model_meta_val_str(const struct llama_model * model, const char * key, char * buf, size_t buf_size);
 const char * llama_model_chat_template(const struct llama_model * model, const char * name);
 
 struct llama_context * llama_init_from_model(struct llama_model * model, struct llama_context_params params);
 void llama_free(struct llama_context * ctx);
 uint32_t llama_n_ctx(const struct llama_context * ctx);
 uint32_t llama_n_batch(const struct llama_context * ctx);
-void llama_set_n_threads(struct llama_context * ctx, int32_t n_threads, int32_t n_threads_batch);
 
 llama_memory_t llama_get_memory(const struct llama_context * ctx);
 void llama_memory_clear(llama_memory_t mem, bool data);
@@ -120,7 +113,6 @@ bool llama_vocab_is_eog(const struct llama_vocab * vocab, llama_token token);
 bool llama_vocab_is_control(const struct llama_vocab * vocab, llama_token token);
 llama_token llama_vocab_bos(const struct llama_vocab * vocab);
 llama_token llama_vocab_eos(const struct llama_vocab * vocab);
-llama_token llama_vocab_eot(const struct llama_vocab * vocab);
 bool llama_vocab_get_add_bos(const struct llama_vocab * vocab);
 bool llama_vocab_get_add_eos(const struct llama_vocab * vocab);
 

@@ -52,36 +52,6 @@ class Model(Handle):
         self._lib.llama_model_free(handle)
 
     @property
-    def n_ctx_train(self) -> int:
-        return self._lib.llama_model_n_ctx_train(self.handle)
-
-    @property
-    def description(self) -> str:
-        buf = self._ffi.new("char[]", 256)
-        self._lib.llama_model_desc(self.handle, buf, 256)
-        return self._ffi.string(buf).decode("utf-8", "replace")
-
-    @property
-    def size_bytes(self) -> int:
-        return self._lib.llama_model_size(self.handle)
-
-    @property
-    def n_params(self) -> int:
-        return self._lib.llama_model_n_params(self.handle)
-
-    def metadata(self, key: str) -> str | None:
-        """A GGUF metadata value as text, or None when the file has no such key."""
-        size = 4096
-        buf = self._ffi.new("char[]", size)
-        n = self._lib.llama_model_meta_val_str(self.handle, key.encode(), buf, size)
-        if n < 0:
-            return None
-        if n >= size:
-            buf = self._ffi.new("char[]", n + 1)
-            self._lib.llama_model_meta_val_str(self.handle, key.encode(), buf, n + 1)
-        return self._ffi.string(buf).decode("utf-8", "replace")
-
-    @property
     def chat_template(self) -> str | None:
         raw = self._lib.llama_model_chat_template(self.handle, self._ffi.NULL)
         return None if raw == self._ffi.NULL else self._ffi.string(raw).decode("utf-8", "replace")
@@ -119,7 +89,6 @@ class Vocab:
         self.type: str = VOCAB_TYPES.get(int(lib.llama_vocab_type(handle)), "unknown")
         self.bos: int = lib.llama_vocab_bos(handle)
         self.eos: int = lib.llama_vocab_eos(handle)
-        self.eot: int = lib.llama_vocab_eot(handle)
         self.add_bos: bool = bool(lib.llama_vocab_get_add_bos(handle))
         self.add_eos: bool = bool(lib.llama_vocab_get_add_eos(handle))
         self._piece_buf = self._ffi.new("char[]", 256)

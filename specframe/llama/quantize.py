@@ -13,19 +13,19 @@ QUANT_TYPES = {"q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "iq4_nl": "LLAMA_FTYPE_MOSTLY_
                "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
 
 
-def quantize(source: str | os.PathLike, destination: str | os.PathLike, kind: str, threads: int = 0) -> None:
-    """Write ``source`` re-quantized into ``kind`` (a key of QUANT_TYPES) to ``destination``. Already quantized
+def quantize(source: str | os.PathLike, destination: str | os.PathLike, quant_type: str, threads: int = 0) -> None:
+    """Write ``source`` re-quantized into ``quant_type`` (a key of QUANT_TYPES) to ``destination``. Already quantized
     tensors are re-quantized (allow_requantize); the output tensor stays as it is."""
-    if kind not in QUANT_TYPES:
-        raise ModelError(f"quantization type {kind!r}: expected one of {', '.join(QUANT_TYPES)}")
+    if quant_type not in QUANT_TYPES:
+        raise ModelError(f"quantization type {quant_type!r}: expected one of {', '.join(QUANT_TYPES)}")
     ffi, lib = native()
     params = ffi.new("llama_model_quantize_params *", lib.llama_model_quantize_default_params())
     params.nthread = threads
-    params.ftype = getattr(lib, QUANT_TYPES[kind])
+    params.ftype = getattr(lib, QUANT_TYPES[quant_type])
     params.allow_requantize = True
     params.quantize_output_tensor = False
     params.pure = True                       # every other tensor in the one type: no slower fallbacks
     status = lib.llama_model_quantize(os.fsencode(source), os.fsencode(destination), params)
     if status != 0:
-        raise ModelError(f"llama.cpp could not re-quantize {source} into {kind} (status {status}; run with "
+        raise ModelError(f"llama.cpp could not re-quantize {source} into {quant_type} (status {status}; run with "
                          "--verbose to see its reason)")

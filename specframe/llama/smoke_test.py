@@ -7,7 +7,7 @@ import tempfile
 import numpy as np
 
 from specframe.llama import Context, Model, library_prefix, system_info
-from specframe.synthetic import write_synthetic_model
+from specframe.testing.synthetic import write_synthetic_model
 
 
 def main() -> int:

@@ -22,8 +22,8 @@ class Metrics:
         self.model_name = model_name
         model, drafter = ["model_name"], ["model_name", "drafter"]
 
-        def make(kind, name: str, help_text: str, labels=model, **extra):
-            return kind(f"specframe:{name}", help_text, labels, registry=self.registry, **extra)
+        def make(metric_class, name: str, help_text: str, labels=model, **extra):
+            return metric_class(f"specframe:{name}", help_text, labels, registry=self.registry, **extra)
 
         self.running = make(Gauge, "num_requests_running", "Requests decoding in a slot")
         self.waiting = make(Gauge, "num_requests_waiting", "Requests waiting for a slot")

@@ -87,9 +87,9 @@ class CompletionRequest(_Request):
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     """OpenAI's error object."""
-    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+    error_type = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
             503: "unavailable_error"}.get(status, "server_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
 class Answer:
@@ -103,8 +103,8 @@ class Answer:
         self.object = "chat.completion" if chat else "text_completion"
 
     def _head(self, chunk: bool) -> dict:
-        kind = self.object + (".chunk" if chunk and self.chat else "")
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+        object_name = self.object + (".chunk" if chunk and self.chat else "")
+        return {"id": self.id, "object": object_name, "created": self.created, "model": self.model}
 
     def whole(self, result: GenerationResult) -> dict:
         choice = {"index": 0, "finish_reason": FINISH_REASONS[result.stop_reason], "logprobs": None}

@@ -27,10 +27,10 @@ import numpy as np
 from specframe.config import Config
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
-from specframe.report import format_stats
 from specframe.results import GenerationResult
 from specframe.sequence import Sequence
 from specframe.serve.metrics import Metrics
+from specframe.stats_text import format_stats
 
 log = logging.getLogger("specframe.serve")
 

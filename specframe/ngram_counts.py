@@ -1,4 +1,4 @@
-"""N-gram caches: counts of which token followed each 1- to 4-gram, and their file format.
+"""N-gram caches: counts of which token followed each 1- to 4-gram, counted from text or files, and their file format.
 
 File format (version 1, little-endian), designed to be read with bounds checks and no pickle:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -150,3 +150,33 @@ class NgramCache:
                 raise NgramCacheError(f"{name}: corrupt (malformed n-gram at entry {row})")
             cache.table[tuple(key[:size])] = dict(pair_list[offsets[row]:offsets[row + 1]])
         return cache
+
+
+def count_text_files(paths: Iterable[str | os.PathLike], tokenize: Callable[[str], np.ndarray],
+                     sizes: Iterable[int] = (2,), progress: Callable[[int], None] = lambda n_bytes: None,
+                     ) -> tuple[NgramCache, int]:
+    """Count the n-grams of UTF-8 text files into a new cache; return it and the number of tokens read.
+
+    Each file is read in chunks of about 1 MiB ended at a line break, so a corpus of any size fits in memory;
+    n-grams run across chunks (not across files). ``progress`` hears the bytes of each chunk read.
+    """
+    cache, n_tokens, sizes = NgramCache(), 0, list(sizes)
+    for path in paths:
+        tail: list[int] = []                      # the last tokens, so n-grams run across chunks
+        with open(path, encoding="utf-8", errors="replace") as f:
+            while chunk := f.read(1 << 20):
+                chunk += f.readline()             # end chunks at a line break
+                tokens = tokenize(chunk).tolist()
+                cache.update(tail + tokens, start=len(tail), sizes=sizes)
+                tail = (tail + tokens)[-NGRAM_MAX:]
+                n_tokens += len(tokens)
+                progress(len(chunk.encode("utf-8", "replace")))
+    return cache, n_tokens
+
+
+def merge_files(paths: Iterable[str | os.PathLike]) -> NgramCache:
+    """The sum of the counts of several cache files."""
+    merged = NgramCache()
+    for path in paths:
+        merged.merge(NgramCache.load(path))
+    return merged

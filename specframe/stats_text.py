@@ -1,4 +1,4 @@
-"""Human-readable statistics, as llama.cpp prints them for speculative decoding."""
+"""A request's statistics as text, as llama.cpp prints them for speculative decoding (run's stderr, the server's log)."""
 
 from __future__ import annotations
 
