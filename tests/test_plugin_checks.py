@@ -1,6 +1,7 @@
-"""The drafter protocol hides nothing, and old drafters keep working. Each plugin here is a real module, loaded
-by the real loader."""
+"""A plugin's mistakes are caught when it loads, naming it; the drafter protocol hides nothing and old drafters
+keep working. Each plugin here is a real module, loaded by the real loader."""
 
+import logging
 import sys
 import textwrap
 
@@ -9,8 +10,11 @@ import pytest
 
 from specframe.drafting.chain import InvalidDraft, valid_draft
 from specframe.engine import Engine
+from specframe.errors import ConfigError
+from specframe.plugins import load_plugins
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
+BUILT_IN = ("prompt-lookup", "ngram-simple", "ngram-cache", "draft-model")
 
 
 @pytest.fixture
@@ -27,6 +31,132 @@ def plugin(tmp_path, monkeypatch):
     yield write
     for module in written:
         sys.modules.pop(module, None)
+
+
+def warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+# --- mistakes caught at load time ------------------------------------------------------------------------------
+
+MISSPELT_HOOK = '''
+from specframe import NO_DRAFT, Drafter, hookimpl
+
+class Misspelt(Drafter):
+    name = "misspelt"
+    def draft(self, history, n_max):
+        return NO_DRAFT
+
+@hookimpl
+def register_drafter(register):
+    register(Misspelt)
+'''
+
+
+def test_a_misspelt_hook_in_a_config_module_is_a_config_error_naming_it(plugin):
+    plugin("misspelt_plugin", MISSPELT_HOOK)
+    with pytest.raises(ConfigError) as error:
+        load_plugins(["misspelt_plugin"])
+    assert str(error.value) == ("cannot load plugin module 'misspelt_plugin' (PluginValidationError: unknown hook "
+                                "'register_drafter' (did you mean 'register_drafters'?))")
+
+
+def test_a_misspelt_hook_in_an_installed_plugin_is_reported_and_skipped(plugin, caplog):
+    folder = plugin("misspelt_installed", MISSPELT_HOOK)
+    dist = folder / "misspelt_pkg-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: misspelt-pkg\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[specframe]\nmisspelt = misspelt_installed\n")
+    plugins = load_plugins()
+    types = plugins.drafter_types()
+    assert "misspelt" not in types and plugins.manager.get_plugin("misspelt") is None
+    assert all(name in types for name in (*BUILT_IN, "cycle"))
+    assert ("plugin 'misspelt' from package misspelt-pkg failed to load and is skipped: PluginValidationError: "
+            "unknown hook 'register_drafter' (did you mean 'register_drafters'?)") in warnings(caplog)
+
+
+def test_a_plugin_without_the_hookimpl_marker_is_refused(plugin):
+    plugin("unmarked_plugin", '''
+        def register_drafters(register):
+            pass
+        ''')
+    with pytest.raises(ConfigError, match="'unmarked_plugin' .*it defines no hook: mark register_drafters with "
+                                          "@specframe.hookimpl"):
+        load_plugins(["unmarked_plugin"])
+
+
+BAD_SIGNATURES = '''
+from specframe import NO_DRAFT, Drafter, hookimpl
+
+class NoLength(Drafter):
+    name = "no-length"
+    def draft(self, history):
+        return NO_DRAFT
+
+class NoPrompt(Drafter):
+    name = "no-prompt"
+    def begin(self):
+        pass
+    def draft(self, history, n_max):
+        return NO_DRAFT
+
+class TwoCounts(Drafter):
+    name = "two-counts"
+    def draft(self, history, n_max):
+        return NO_DRAFT
+    def accept(self, n_accepted, n_drafted):
+        pass
+
+class Flexible(Drafter):
+    name = "flexible"
+    def begin(self, prompt, sampling=None, *rest):
+        pass
+    def draft(self, *args):
+        return NO_DRAFT
+    @staticmethod
+    def accept(n_accepted):
+        pass
+
+@hookimpl
+def register_drafters(register):
+    for cls in (NoLength, NoPrompt, TwoCounts, Flexible):
+        register(cls)
+'''
+
+
+def test_protocol_methods_the_chain_cannot_call_are_refused_at_registration(plugin, caplog):
+    plugin("signatures_plugin", BAD_SIGNATURES)
+    types = load_plugins(["signatures_plugin"]).drafter_types()
+    assert "flexible" in types and all(name in types for name in BUILT_IN)
+    assert not {"no-length", "no-prompt", "two-counts"} & set(types)
+    problems = {message.split("<class 'signatures_plugin.")[1].split("'")[0]: message.split(">")[1]
+                for message in warnings(caplog) if message.startswith("plugin 'signatures_plugin' registered")}
+    assert problems == {
+        "NoLength": " (draft(self, history) cannot be called as draft(history, n_max)): skipped",
+        "NoPrompt": " (begin(self) cannot be called as begin(prompt, sampling) or begin(prompt)): skipped",
+        "TwoCounts": " (accept(self, n_accepted, n_drafted) cannot be called as accept(n_accepted)): skipped"}
+
+
+def test_drafter_types_are_collected_once_and_a_clash_warned_once(plugin, caplog):
+    plugin("clash_plugin", '''
+        from specframe import NO_DRAFT, Drafter, hookimpl
+
+        class Clash(Drafter):
+            name = "prompt-lookup"
+            def draft(self, history, n_max):
+                return NO_DRAFT
+
+        @hookimpl
+        def register_drafters(register):
+            register(Clash)
+        ''')
+    plugins = load_plugins(["clash_plugin"])
+    first = plugins.drafter_types()
+    assert plugins.drafter_types() is first
+    assert first["prompt-lookup"].plugin == "specframe.drafters.prompt_lookup"
+    clashes = [m for m in warnings(caplog) if "already registered" in m]
+    assert clashes == [("plugin 'clash_plugin' registers drafter type 'prompt-lookup', already registered by plugin "
+                        "'specframe.drafters.prompt_lookup': skipped")]
 
 
 # --- what draft() may return -----------------------------------------------------------------------------------

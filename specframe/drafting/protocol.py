@@ -75,7 +75,8 @@ class Drafter:
 
     Subclasses set ``name`` (the ``type`` used in configs), ``Params`` (a frozen dataclass whose fields, with
     defaults and types, are the drafter's configuration keys), and implement ``draft``. ``uses_model`` marks
-    drafters that run a model: by default the chain puts draftless drafters first, as llama.cpp does.
+    drafters that run a model: by default the chain puts draftless drafters first, as llama.cpp does. The
+    signatures of ``begin``, ``draft`` and ``accept`` are checked when the class is registered.
 
     ``history`` is every committed token (prompt and generated so far), an append-only int32 array, read-only:
     a drafter that writes into it is set aside. Within a request, each call sees the previous history plus new
@@ -139,7 +140,18 @@ class Drafter:
 _TOKENS = np.empty(0, dtype=np.int32)
 _CALLS = {   # how the chain calls each protocol method: (parameters, sample arguments) of each accepted form
     "begin": (("prompt, sampling", (_TOKENS, None)), ("prompt", (_TOKENS,))),
+    "draft": (("history, n_max", (_TOKENS, 1)),),
+    "accept": (("n_accepted", (0,)),),
 }
+
+
+def signature_problem(cls: type) -> str | None:
+    """Why the chain could not call a protocol method of drafter class ``cls``, or None when it can."""
+    for method, forms in _CALLS.items():
+        if not any(_binds(cls, method, args) for _, args in forms):
+            expected = " or ".join(f"{method}({parameters})" for parameters, _ in forms)
+            return f"{method}{_signature(cls, method)} cannot be called as {expected}"
+    return None
 
 
 def begin_takes_sampling(drafter: Drafter) -> bool:
@@ -158,3 +170,10 @@ def _binds(cls: type, method: str, args: tuple) -> bool:
     except ValueError:          # no signature to read (a builtin): assume it fits
         return True
     return True
+
+
+def _signature(cls: type, method: str) -> str:
+    try:
+        return str(inspect.signature(getattr(cls, method)))
+    except ValueError:
+        return "(...)"
