@@ -3,25 +3,29 @@
 Sources, in order: the built-in drafters (plugins like any other), the ``specframe`` entry points of installed
 packages (all of them, or only the distributions named in SPECFRAME_LOAD_PLUGINS, comma-separated, where an
 empty value loads none), then modules named in a config's ``[plugins] modules``. An installed plugin that fails
-to load is reported and skipped; a module the config names that fails to load is a configuration error.
+to load is reported and skipped; a module the config names that fails to load is a configuration error. A plugin
+fails to load when it defines a hook specframe does not have (a misspelt ``register_drafters``) or none at all.
+Each drafter class is checked when it is registered (its name, Params, and the signatures of the protocol's
+methods); a faulty one is reported, naming its plugin, and skipped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import importlib.metadata
 import logging
 import os
 import re
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 import pluggy
 
 from specframe import hookspecs
-from specframe.drafting.protocol import Drafter
+from specframe.drafting.protocol import Drafter, signature_problem
 from specframe.errors import ConfigError
 from specframe.params import describe
 
@@ -78,9 +82,13 @@ class Plugins:
 
     manager: pluggy.PluginManager
     packages: dict[str, str]
+    _drafter_types: dict[str, DrafterType] | None = field(default=None, init=False, repr=False)
 
     def drafter_types(self) -> dict[str, DrafterType]:
-        return drafter_types(self)
+        """Every drafter type the plugins register, by name; collected (and faults reported) once."""
+        if self._drafter_types is None:
+            self._drafter_types = _collect_drafter_types(self)
+        return self._drafter_types
 
 
 def load_plugins(modules: Iterable[str] = ()) -> Plugins:
@@ -88,20 +96,41 @@ def load_plugins(modules: Iterable[str] = ()) -> Plugins:
     pm.add_hookspecs(hookspecs)
     packages: dict[str, str] = {}
     for name in BUILTIN_PLUGINS:
-        pm.register(importlib.import_module(name), name=name)
+        _register(pm, importlib.import_module(name), name)
         packages[name] = "specframe (built-in)"
     _load_entry_points(pm, packages)
     for name in modules:
         if pm.get_plugin(name) is not None:
             continue
         try:
-            pm.register(importlib.import_module(name), name=name)
+            _register(pm, importlib.import_module(name), name)
         except (Exception, SystemExit) as exc:  # any failure of a named module is the config's to report
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())   # pluggy's messages span lines
             raise ConfigError(f"cannot load plugin module '{name}' ({reason})") from None
         top = name.split(".")[0]
         packages[name] = ", ".join(importlib.metadata.packages_distributions().get(top, [])) or top
     return Plugins(pm, packages)
+
+
+def _register(pm: pluggy.PluginManager, plugin, name: str) -> None:
+    """Register ``plugin``, or raise PluginValidationError (leaving it out) when it defines a hook specframe does
+    not have, or none: pluggy would keep a misspelt hook without a word, and the plugin's drafters go missing."""
+    pm.register(plugin, name=name)
+    hooks = pm.get_hookcallers(plugin) or []
+    try:
+        pm.check_pending()
+        if not hooks:
+            raise pluggy.PluginValidationError(plugin, "it defines no hook: mark register_drafters with "
+                                                       "@specframe.hookimpl")
+    except pluggy.PluginValidationError:
+        pm.unregister(plugin)
+        unknown = [hook.name for hook in hooks if not hook.has_spec()]
+        if not unknown:
+            raise
+        known = [hook for hook in vars(pm.hook) if not hook.startswith("_") and getattr(pm.hook, hook).has_spec()]
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        raise pluggy.PluginValidationError(plugin, f"unknown hook '{unknown[0]}'" + (
+            f" (did you mean '{close[0]}'?)" if close else f" (specframe's hooks: {', '.join(known)})")) from None
 
 
 def _load_entry_points(pm: pluggy.PluginManager, packages: dict[str, str]) -> None:
@@ -114,7 +143,7 @@ def _load_entry_points(pm: pluggy.PluginManager, packages: dict[str, str]) -> No
         if (wanted is not None and dist not in wanted) or pm.get_plugin(ep.name) is not None:
             continue
         try:
-            pm.register(ep.load(), name=ep.name)
+            _register(pm, ep.load(), ep.name)
             packages[ep.name] = dist
         except (Exception, SystemExit) as exc:   # a plugin's sys.exit() must not end the run silently
             log.warning("plugin '%s' from package %s failed to load and is skipped: %s: %s",
@@ -124,7 +153,7 @@ def _load_entry_points(pm: pluggy.PluginManager, packages: dict[str, str]) -> No
                     "'%s' entry points", missing, ENTRY_POINT_GROUP)
 
 
-def drafter_types(plugins: Plugins) -> dict[str, DrafterType]:
+def _collect_drafter_types(plugins: Plugins) -> dict[str, DrafterType]:
     """Every drafter type the plugins register, by name. A faulty registration is reported and skipped."""
     types: dict[str, DrafterType] = {}
     for impl in plugins.manager.hook.register_drafters.get_hookimpls():  # registration order: built-ins first
@@ -158,4 +187,4 @@ def _check_drafter_class(cls) -> str | None:
         return "its 'Params' must be a dataclass"
     if cls.draft is Drafter.draft:
         return "it does not implement draft()"
-    return None
+    return signature_problem(cls)

@@ -150,7 +150,7 @@ def test_draft_model_keeps_its_memory_in_step_incrementally(target_model, draft_
     incremental = draft_model(target_model, draft_path, p_min=0.0, n_max=6)
     rng = np.random.default_rng(0)
     history = list(target_model.vocab.tokenize("the quick brown fox"))
-    incremental.begin(h(*history))
+    incremental.begin(h(*history), None)
     for _ in range(12):
         draft = drafted(incremental, h(*history), n_max=6)
         fresh = draft_model(target_model, draft_path, p_min=0.0, n_max=6)

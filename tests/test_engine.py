@@ -168,7 +168,7 @@ class Faulty(Drafter):
             raise RuntimeError("boom")
         if self.params.mode == "bad-ids":
             return Draft.of([10**9, -5])
-        return [1, 2, 3]
+        return "1 2 3"                             # not token ids
 
 @hookimpl
 def register_drafters(register):

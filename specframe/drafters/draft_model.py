@@ -7,8 +7,8 @@ prompt processing), and a prefix shared with the previous request is kept. A ser
 model and one context, a sequence per slot, each slot's drafter mirroring its own sequence.
 
 Drafting takes the top token while its probability is at least ``p_min``, up to ``n_max`` tokens; drafts
-shorter than ``n_min`` are dropped. When the engine accepts by rejection sampling (``self.sampling`` is set), the
-draft samples its tokens with the target's temperature / top-k / top-p instead and returns their distributions.
+shorter than ``n_min`` are dropped. When the engine accepts by rejection sampling (``begin`` is given the sampling
+settings), the draft samples its tokens with the target's temperature / top-k / top-p instead and returns their distributions.
 
 Vocabularies: llama.cpp's compatibility check decides. A compatible draft drafts token ids directly; any other
 drafts through text (drafting/token_mapping.py), with the ``replace`` table turning target text into the draft's dialect.
@@ -31,7 +31,7 @@ from specframe.llama import Context, Model
 from specframe.llama.quantize import QUANT_TYPES
 from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, param
 from specframe.requantized import requantized
-from specframe.sampling import TokenSampler
+from specframe.sampling import SamplingParams, TokenSampler
 
 DRAFT_STREAM = 1   # the draft's own random stream (the target samples from stream 0)
 
@@ -93,10 +93,9 @@ class DraftModelDrafter(Drafter):
         super().__init__(params, env)
         self._shared = shared or _DraftModel(params, env, 1)
         self.model, self.context, self.seq = self._shared.model, self._shared.context, seq
-        self.note = self._shared.note
         target = env.target.vocab
         self.mapping = TokenMapping(target, self.model.vocab, params.replace) if self._shared.mapped else None
-        self._n_target_vocab = target.n_tokens
+        self._n_target_vocab = env.n_vocab
         self._kv = np.empty(self.context.n_ctx, dtype=np.int32)   # the tokens held in the draft's KV memory
         self._n_kv = 0
         self._n_synced = 0    # leading tokens of the last synced sequence known to match the KV memory
@@ -108,11 +107,11 @@ class DraftModelDrafter(Drafter):
         shared = _DraftModel(params, env, n_slots)
         return [cls(params, env, shared, seq) for seq in range(n_slots)]
 
-    def begin(self, prompt: np.ndarray) -> None:
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
         """Evaluate the prompt now, with the target's prompt processing (as llama.cpp feeds its draft context),
         so drafting starts in step; a prefix shared with the last request stays in memory."""
         self._n_synced = 0
-        self._sampler = TokenSampler(self.sampling, DRAFT_STREAM) if self.sampling and not self.mapping else None
+        self._sampler = TokenSampler(sampling, DRAFT_STREAM) if sampling and not self.mapping else None
         if self.mapping is not None:
             self.mapping.reset()
         tokens, _ = self._view(prompt)
@@ -133,6 +132,10 @@ class DraftModelDrafter(Drafter):
         if len(drafted) < max(1, self.params.n_min):
             return NO_DRAFT
         return Draft.of(drafted, probs)
+
+    def describe(self) -> str | None:
+        """Re-quantization and token mapping, when used."""
+        return self._shared.note
 
     def _view(self, history: np.ndarray) -> tuple[np.ndarray, int]:
         """The history in the draft's tokens, and how many leading ones are as the last call saw them."""

@@ -19,9 +19,9 @@ own sequence's tokens.
 Each step every draft that was made is scored against the tokens the target emitted, and each drafter hears
 ``accept`` with how many of its draft's tokens the target confirmed, so the estimates learn from every step.
 
-A drafter that raises or returns an invalid draft is reported once and set aside for the rest of the run:
-verification by the target keeps the output correct whatever a drafter proposes, but a bad token id must never
-reach the model.
+A drafter that raises or returns an invalid draft (see ``Drafter`` for what ``draft()`` may return) is reported
+once and set aside for the rest of the run: verification by the target keeps the output correct whatever a
+drafter proposes, but a bad token id must never reach the model.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 from specframe.drafting.gain import (ALONE, PROBE, PROBE_LENGTH, Acceptance, DrafterRecord, PassShare, best_cut,
                                      expected_tokens, plain_rate)
 from specframe.drafting.pass_cost import PassCost
-from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter
+from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_takes_sampling
 from specframe.drafting.support import ContextSupport
 from specframe.sampling import SamplingParams
 
@@ -75,6 +75,17 @@ class ChainEntry:
     stats: DrafterStats
     disabled: str | None = None   # why it was set aside
     record: DrafterRecord = field(default_factory=DrafterRecord)
+    begin_takes_sampling: bool = field(init=False)   # begin(prompt, sampling), or begin(prompt) alone
+
+    def __post_init__(self):
+        self.begin_takes_sampling = begin_takes_sampling(self.drafter)
+
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
+        if self.begin_takes_sampling:
+            self.drafter.begin(prompt, sampling)
+        else:                                   # written when the chain set the attribute before begin(prompt)
+            self.drafter.sampling = sampling
+            self.drafter.begin(prompt)
 
 
 @dataclass
@@ -110,14 +121,13 @@ class DrafterChain:
         self.expected = 1.0     # tokens the last step's pass is expected to yield for this sequence
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
-        """A request starts: each drafter learns how it is sampled (``Drafter.sampling``) and sees the prompt."""
+        """A request starts: each drafter sees the prompt and learns how drafts are accepted (``Drafter.begin``)."""
         self._candidates, self._chosen = [], None
         self.support.reset()
         for entry in self._active():
-            entry.drafter.sampling = sampling
             entry.record.restart()
             start = time.perf_counter()
-            self._guard(entry, "begin", entry.drafter.begin, prompt)
+            self._guard(entry, "begin", entry.begin, prompt, sampling)
             entry.stats.begin_ms += (time.perf_counter() - start) * 1e3
 
     def draft(self, history: np.ndarray, n_max: int, share: PassShare = ALONE) -> Draft:
@@ -287,7 +297,7 @@ class DrafterChain:
         result = self._guard(entry, "draft", entry.drafter.draft, history, n_max)
         seconds = time.perf_counter() - start
         entry.stats.draft_ms += seconds * 1e3
-        draft = self._validated(entry, result, n_max) if result is not None else None
+        draft = self._validated(entry, result, n_max) if entry.disabled is None else None
         entry.record.cost.observe(len(draft) if draft is not None else 0, seconds)
         if draft is None or len(draft) < self.n_min:
             return None
@@ -302,8 +312,12 @@ class DrafterChain:
             self._guard(entry, "close", entry.drafter.close)
 
     def stats(self) -> dict[str, dict]:
-        return {e.label: e.stats.as_dict() | ({"note": e.drafter.note} if e.drafter.note else {})
-                | ({"disabled": e.disabled} if e.disabled else {}) for e in self.entries}
+        stats = {}
+        for entry in self.entries:
+            note = self._guard(entry, "describe", entry.drafter.describe)
+            stats[entry.label] = (entry.stats.as_dict() | ({"note": str(note)} if note else {})
+                                  | ({"disabled": entry.disabled} if entry.disabled else {}))
+        return stats
 
     def _active(self):
         return (e for e in self.entries if e.disabled is None)
@@ -339,17 +353,23 @@ PROBS_TOLERANCE = 1e-3   # a row of draft probabilities must sum to 1 within thi
 
 
 def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
-    """Check what ``draft()`` returned: token ids within the vocabulary and, when given, a draft distribution per
-    token (finite, non-negative, summing to 1, giving its own token a chance). Rejection sampling divides by these
+    """Check what ``draft()`` returned: a Draft, None (no draft) or a sequence of token ids (a draft without
+    probabilities); token ids within the vocabulary and, when given, a draft distribution per token (finite,
+    non-negative, summing to 1, giving its own token a chance). Rejection sampling divides by these
     probabilities: any other numbers would bias the output silently."""
+    if result is None:
+        return NO_DRAFT
     if not isinstance(result, Draft):
-        raise InvalidDraft(f"draft() returned {type(result).__name__}, expected a Draft")
+        if not _token_ids(result):
+            raise InvalidDraft(f"draft() returned {type(result).__name__}: expected a Draft, NO_DRAFT, None or "
+                               "a 1-D sequence of integer token ids")
+        result = Draft(np.asarray(result))
     try:
         tokens = np.asarray(result.tokens)
         probs = None if result.probs is None else np.asarray(result.probs)
     except (ValueError, TypeError) as exc:
         raise InvalidDraft(f"draft tokens and probs must be arrays: {exc}") from None
-    if tokens.ndim != 1 or (tokens.size and not np.issubdtype(tokens.dtype, np.integer)):
+    if not _token_ids(tokens):
         raise InvalidDraft("draft tokens must be a 1-D array of integer token ids")
     if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= n_vocab):
         raise InvalidDraft(f"drafted a token id outside the vocabulary [0, {n_vocab})")
@@ -368,3 +388,12 @@ def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
         if len(tokens) and (probs[np.arange(len(tokens)), tokens] <= 0).any():
             raise InvalidDraft("a drafted token has no probability in its own draft distribution")
     return Draft(tokens, probs)
+
+
+def _token_ids(value) -> bool:
+    """Whether ``value`` is a 1-D sequence of integers (any dtype when empty)."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError):
+        return False
+    return array.ndim == 1 and (array.size == 0 or np.issubdtype(array.dtype, np.integer))

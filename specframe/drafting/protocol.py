@@ -2,11 +2,13 @@
 
 A drafter proposes tokens that continue the committed history; the target model verifies them. It mirrors
 llama.cpp's common_speculative begin / draft / accept. Drafters subclass ``Drafter`` and are registered
-through the ``register_drafters`` plugin hook; the built-in ones are registered the same way.
+through the ``register_drafters`` plugin hook; the built-in ones are registered the same way. Everything the
+chain gives a drafter is an argument, everything it takes back a return value.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import pathlib
 from dataclasses import dataclass, field
@@ -23,8 +25,9 @@ if TYPE_CHECKING:  # only for annotations: drafting itself never touches libllam
 class Draft:
     """Proposed tokens, and for drafters that have one, the distribution each was drawn from.
 
-    ``probs[i]`` is the draft distribution q over the whole vocabulary at token i (float32, summing to 1);
-    lossless stochastic acceptance uses it. ``None`` means the drafter is deterministic (q is one-hot).
+    ``probs[i]`` is the draft distribution q over the target's whole vocabulary at token i (shape
+    ``(len(tokens), env.n_vocab)``, float32, summing to 1); rejection sampling uses it. ``None`` means the
+    drafter is deterministic (q is one-hot).
     """
 
     tokens: np.ndarray
@@ -57,6 +60,11 @@ class DrafterEnv:
     config_dir: pathlib.Path = field(default_factory=pathlib.Path.cwd)  # relative paths in params are from here
     resolve_model: Callable[[str], pathlib.Path] = lambda spec: pathlib.Path(spec)  # catalog name or path -> file
 
+    @property
+    def n_vocab(self) -> int:
+        """The target's vocabulary size: token ids are below it, and ``Draft.probs`` rows are this wide."""
+        return self.target.vocab.n_tokens
+
     def path(self, value: str | os.PathLike) -> pathlib.Path:
         """A path given in the config, relative to the config file."""
         return (self.config_dir / os.path.expanduser(os.fspath(value))).resolve()
@@ -67,22 +75,24 @@ class Drafter:
 
     Subclasses set ``name`` (the ``type`` used in configs), ``Params`` (a frozen dataclass whose fields, with
     defaults and types, are the drafter's configuration keys), and implement ``draft``. ``uses_model`` marks
-    drafters that run a model: by default the chain puts draftless drafters first, as llama.cpp does.
+    drafters that run a model: by default the chain puts draftless drafters first, as llama.cpp does. The
+    signatures of ``begin``, ``draft`` and ``accept`` are checked when the class is registered.
 
     ``history`` is every committed token (prompt and generated so far), an append-only int32 array, read-only:
-    a drafter that writes into it is set aside. Within a request, each call sees the previous history plus new tokens, so drafters index
-    only what is new (O(new tokens) per call) instead of rescanning.
+    a drafter that writes into it is set aside. Within a request, each call sees the previous history plus new
+    tokens, so drafters index only what is new (O(new tokens) per call) instead of rescanning.
+
+    ``draft`` returns a ``Draft``, or ``NO_DRAFT`` when it has no opinion; ``None`` counts as ``NO_DRAFT`` and a
+    plain sequence of token ids (a list, a 1-D integer array) as ``Draft.of(ids)``. Anything else, or token ids
+    outside the vocabulary, sets the drafter aside for the rest of the run (reported with the reason): the output
+    never depends on what a drafter returns.
     """
 
     name: ClassVar[str]
     Params: ClassVar[type] = NoParams
     uses_model: ClassVar[bool] = False
-    # Set by the chain before each begin(): the target's sampling settings when the engine accepts drafts by
-    # rejection sampling (a drafter that samples its tokens then returns their distributions in Draft.probs),
-    # None when it accepts by matching (greedy decoding, or sample-and-match): then draft the likeliest tokens.
+    # What begin() was last given, for drafters written when the chain set it instead (begin(prompt) only).
     sampling: "SamplingParams | None" = None
-    # A short remark for the statistics (e.g. how the drafter works with this target), or None.
-    note: str | None = None
 
     def __init__(self, params, env: DrafterEnv):
         self.params = params
@@ -100,8 +110,13 @@ class Drafter:
         """Refuse, when the config loads, parameters this drafter could not honour (raise ``ParamError``): an
         output file in a missing folder, say. It runs before any model is loaded, so no work is lost to them."""
 
-    def begin(self, prompt: np.ndarray) -> None:
-        """A new request starts with ``prompt``: reset per-request state."""
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
+        """A new request starts with ``prompt``: reset per-request state. ``sampling`` is the target's sampling
+        settings when the engine accepts drafts by rejection sampling (a drafter that samples its tokens then
+        returns their distributions in ``Draft.probs``), None when it accepts by matching (greedy decoding, or
+        sample-and-match): then draft the likeliest tokens. A drafter may define ``begin(self, prompt)`` alone.
+        """
+        self.sampling = sampling
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
         """Propose at most ``n_max`` tokens that continue ``history``; ``NO_DRAFT`` when there is no opinion."""
@@ -110,9 +125,55 @@ class Drafter:
     def accept(self, n_accepted: int) -> None:
         """The target accepted the first ``n_accepted`` tokens of this drafter's last draft."""
 
+    def describe(self) -> str | None:
+        """A short remark shown with the drafter's statistics (how it works with this target, say), or None."""
+        return None
+
     def save(self) -> None:
         """Write what the drafter keeps across runs (called once, when the engine closes). A failure is raised:
         the run then ends with an error instead of losing what it learned."""
 
     def close(self) -> None:
         """Free resources (contexts, files) held by the drafter."""
+
+
+_TOKENS = np.empty(0, dtype=np.int32)
+_CALLS = {   # how the chain calls each protocol method: (parameters, sample arguments) of each accepted form
+    "begin": (("prompt, sampling", (_TOKENS, None)), ("prompt", (_TOKENS,))),
+    "draft": (("history, n_max", (_TOKENS, 1)),),
+    "accept": (("n_accepted", (0,)),),
+}
+
+
+def signature_problem(cls: type) -> str | None:
+    """Why the chain could not call a protocol method of drafter class ``cls``, or None when it can."""
+    for method, forms in _CALLS.items():
+        if not any(_binds(cls, method, args) for _, args in forms):
+            expected = " or ".join(f"{method}({parameters})" for parameters, _ in forms)
+            return f"{method}{_signature(cls, method)} cannot be called as {expected}"
+    return None
+
+
+def begin_takes_sampling(drafter: Drafter) -> bool:
+    """Whether ``drafter.begin`` has the two-argument form: those written with ``begin(prompt)`` are called so."""
+    return _binds(type(drafter), "begin", _CALLS["begin"][0][1])
+
+
+def _binds(cls: type, method: str, args: tuple) -> bool:
+    function = getattr(cls, method)
+    if not isinstance(inspect.getattr_static(cls, method), (staticmethod, classmethod)):
+        args = (None, *args)    # self
+    try:
+        inspect.signature(function).bind(*args)
+    except TypeError:
+        return False
+    except ValueError:          # no signature to read (a builtin): assume it fits
+        return True
+    return True
+
+
+def _signature(cls: type, method: str) -> str:
+    try:
+        return str(inspect.signature(getattr(cls, method)))
+    except ValueError:
+        return "(...)"
