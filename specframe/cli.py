@@ -1,4 +1,4 @@
-"""The command line: ``specframe run | serve | bench | calibrate | plugins | models | ngram``."""
+"""The command line: ``specframe run | serve | bench | calibrate | plugins | models | ngram | new-drafter``."""
 
 from __future__ import annotations
 
@@ -355,6 +355,17 @@ def _catalog_model(name, catalog):
     if name not in catalog:
         raise click.ClickException(f"unknown model '{name}'; catalog models: {', '.join(catalog)}")
     return catalog[name]
+
+
+@main.command("new-drafter")
+@click.argument("name")
+@click.option("-d", "--dir", "directory", default=".", show_default=True, help="Folder to write the package into.")
+def new_drafter(name, directory):
+    """Write specframe-NAME/, a pip-installable drafter plugin: the drafter, its tests, pyproject.toml, README."""
+    from specframe.scaffold import write_plugin_package
+
+    path = write_plugin_package(name, directory)
+    click.echo(f"wrote {path}: cd {path} && pip install -e '.[test]' && pytest")
 
 
 if __name__ == "__main__":

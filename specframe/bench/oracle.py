@@ -31,7 +31,7 @@ class OracleDrafter(Drafter):
         self._agreed = 0          # leading history tokens known to equal the reference
         self._on_reference = True
 
-    def begin(self, prompt: np.ndarray) -> None:
+    def begin(self, prompt: np.ndarray, sampling=None) -> None:
         self._agreed, self._on_reference = 0, True
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:

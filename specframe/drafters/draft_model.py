@@ -107,7 +107,7 @@ class DraftModelDrafter(Drafter):
         shared = _DraftModel(params, env, n_slots)
         return [cls(params, env, shared, seq) for seq in range(n_slots)]
 
-    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """Evaluate the prompt now, with the target's prompt processing (as llama.cpp feeds its draft context),
         so drafting starts in step; a prefix shared with the last request stays in memory."""
         self._n_synced = 0

@@ -28,10 +28,8 @@ import os
 import pathlib
 from dataclasses import dataclass
 
-import numpy as np
-
-from specframe.drafting import NO_DRAFT, Draft, Drafter
-from specframe.drafting.history import HistoryMirror
+from specframe.drafting import NO_DRAFT, Draft
+from specframe.drafting.incremental import IncrementalDrafter
 from specframe.errors import ParamError
 from specframe.files import file_problem, output_problem
 from specframe.hookspecs import hookimpl
@@ -64,7 +62,7 @@ class _Caches:
         self.learned = NgramCache()   # added to the dynamic file by save()
 
 
-class NgramCacheDrafter(Drafter):
+class NgramCacheDrafter(IncrementalDrafter):
     name = "ngram-cache"
     Params = NgramCacheParams
 
@@ -73,7 +71,6 @@ class NgramCacheDrafter(Drafter):
         super().__init__(params, env)
         self._caches = caches or self._load(params, env)
         self.context = NgramCache()
-        self._seen = HistoryMirror()
 
     @classmethod
     def for_slots(cls, params: NgramCacheParams, env, n_slots: int) -> list["NgramCacheDrafter"]:
@@ -113,9 +110,6 @@ class NgramCacheDrafter(Drafter):
             if problem:
                 raise ParamError("dynamic", f"{params.dynamic!r}: {problem}")
 
-    def begin(self, prompt: np.ndarray) -> None:
-        self._seen.reset()
-
     def _fold_context(self) -> None:
         """What the last request saw joins the dynamic cache (and what is to be saved)."""
         for cache in (self.dynamic, self.learned) if self.params.save_dynamic else (self.dynamic,):
@@ -123,12 +117,13 @@ class NgramCacheDrafter(Drafter):
             cache.cap(self.params.max_ngrams)
         self.context = NgramCache()
 
-    def draft(self, history: np.ndarray, n_max: int) -> Draft:
-        new_from = self._seen.update(history)
-        if new_from == 0:   # a new request, after begin() or without it
-            self._fold_context()
-        tokens = self._seen.tokens
-        self.context.update(tokens, new_from)
+    def restart(self) -> None:
+        self._fold_context()
+
+    def index(self, tokens: list[int], start: int, stop: int) -> None:
+        self.context.update(tokens, start)   # stop is the history's end: the whole new tail is counted
+
+    def propose(self, tokens: list[int], n_max: int) -> Draft:
         if len(tokens) < STATIC_SIZE:
             return NO_DRAFT
         sequence = list(tokens[-NGRAM_MAX:])

@@ -29,10 +29,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from specframe.drafting import NO_DRAFT, Draft, Drafter
-from specframe.drafting.history import HistoryMirror
+from specframe.drafting import NO_DRAFT, Draft
+from specframe.drafting.incremental import IncrementalDrafter, ngram_starts
 from specframe.hookspecs import hookimpl
 from specframe.params import MAX_DRAFT_TOKENS, param
 
@@ -62,37 +60,36 @@ class _Key:
     values: list[_Value] = field(default_factory=list)
 
 
-class _NgramMapDrafter(Drafter):
+class _NgramMapDrafter(IncrementalDrafter):
     """The shared machinery; ``continuation`` is what differs between k and k4v."""
 
     Params = NgramMapParams
 
     def __init__(self, params: NgramMapParams, env):
         super().__init__(params, env)
-        self._seen = HistoryMirror()
         self._occurrences: dict[tuple, list[int]] = {}   # key -> start positions, ascending
-        self._indexed_until = 0                           # next start position to index
         self._keys: dict[tuple, _Key] = {}
         self._last: _Value | None = None
 
-    def begin(self, prompt: np.ndarray) -> None:
-        self._seen.reset()
+    def restart(self) -> None:
+        self._occurrences.clear()
+        self._keys.clear()
 
-    def draft(self, history: np.ndarray, n_max: int) -> Draft:
+    def indexable(self, length: int) -> int:
+        """A key must be followed by at least m + 1 tokens before the last one (llama.cpp's committed history)."""
+        return length - self.params.m - 2
+
+    def index(self, tokens: list[int], start: int, stop: int) -> None:
+        n = self.params.n
+        for at in ngram_starts(n, start, stop):
+            self._occurrences.setdefault(tuple(tokens[at:at + n]), []).append(at)
+
+    def propose(self, tokens: list[int], n_max: int) -> Draft:
         n, m = self.params.n, self.params.m
         self._last = None
-        if self._seen.update(history) == 0:   # a new request, after begin() or without it
-            self._occurrences.clear()
-            self._keys.clear()
-            self._indexed_until = 0
-        tokens = self._seen.tokens
         committed = len(tokens) - 1            # llama.cpp's view: history before the last token
         if committed < 2 * n + m:
             return NO_DRAFT
-        last_start = committed - n - m - 1     # a key must be followed by at least m + 1 tokens
-        for start in range(self._indexed_until, last_start + 1):
-            self._occurrences.setdefault(tuple(tokens[start:start + n]), []).append(start)
-        self._indexed_until = max(self._indexed_until, last_start + 1)
         key = tuple(tokens[-n:])
         positions = self._occurrences.get(key)
         if not positions:

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specframe.drafting import NO_DRAFT, Draft, Drafter
+from specframe.drafting import NO_DRAFT, Draft
+from specframe.drafting.incremental import IncrementalDrafter
 from specframe.errors import ParamError
+from specframe.sampling import SamplingParams
 from specframe.hookspecs import hookimpl
 from specframe.params import MAX_DRAFT_TOKENS, param
 
@@ -62,7 +64,7 @@ class _Pool:
         self.used = 0
 
 
-class NgramModDrafter(Drafter):
+class NgramModDrafter(IncrementalDrafter):
     name = "ngram-mod"
     Params = NgramModParams
 
@@ -70,7 +72,6 @@ class NgramModDrafter(Drafter):
         """``pool``: the pool shared with the other slots' drafters (by default one of its own)."""
         super().__init__(params, env)
         self._pool = pool or _Pool(params.pool_size)
-        self._added_until = 0       # history positions before this start n-grams already in the pool
         self._drafted = 0           # tokens in the last draft
         self._low_rounds = 0
         self._lead = pow(_MULTIPLIER, params.n_match - 1, 1 << 64)   # weight of a window's first token
@@ -99,13 +100,16 @@ class NgramModDrafter(Drafter):
             h = h * multiplier + tokens[starts + i].astype(np.uint64)
         return (h % np.uint64(self.params.pool_size)).astype(np.int64)
 
-    def _add(self, tokens: np.ndarray, start: int, stop: int) -> None:
-        """Record the token following each n-gram that starts in [start, stop), later ones overwriting."""
-        if stop <= start:
+    def index(self, tokens: list[int], start: int, stop: int) -> None:
+        """Record the token following each n-gram, for the following tokens in [start, stop), later ones
+        overwriting."""
+        first = max(0, start - self.params.n_match)   # where the n-gram before ``start`` begins
+        if stop - self.params.n_match <= first:
             return
-        starts = np.arange(start, stop)
-        slots = self._slots(tokens, starts)
-        following = tokens[starts + self.params.n_match]
+        window = np.asarray(tokens[first:stop], dtype=np.int32)
+        starts = np.arange(len(window) - self.params.n_match)
+        slots = self._slots(window, starts)
+        following = window[starts + self.params.n_match]
         last = len(slots) - 1 - np.unique(slots[::-1], return_index=True)[1]   # the last write to each slot
         slots, following = slots[last], following[last]
         self._pool.used += int(np.count_nonzero(self.pool[slots] == _EMPTY))
@@ -116,31 +120,28 @@ class NgramModDrafter(Drafter):
 
     # --- the protocol ---------------------------------------------------------------------------------------
 
-    def begin(self, prompt: np.ndarray) -> None:
-        self._added_until = 0
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
+        super().begin(prompt, sampling)
         self._drafted = 0
-        n = self.params.n_match
         # As llama.cpp: the prompt's last token is fed with the first draft, and indexed from there.
-        tokens = np.asarray(prompt[:-1], dtype=np.int32)
-        if len(tokens) < n:
-            return
-        self._add(tokens, 0, len(tokens) - n)
-        self._added_until = len(tokens) - n
-        if self.used / self.params.pool_size > _RESET_FILL:
+        self.take_in(prompt[:-1])
+        self.index_to(len(self.tokens))
+        if len(self.tokens) >= self.params.n_match and self.used / self.params.pool_size > _RESET_FILL:
             self.reset()
 
-    def draft(self, history: np.ndarray, n_max: int) -> Draft:
+    def indexable(self, length: int) -> int:
+        """The history before its last token (llama.cpp's "prompt"), once it holds a chunk of new n-grams."""
+        committed = length - 1
+        if max(0, self.indexed_until - self.params.n_match) + _CHUNK < committed:
+            return committed
+        return self.indexed_until
+
+    def propose(self, tokens: list[int], n_max: int) -> Draft:
         params, n = self.params, self.params.n_match
         self._drafted = 0
-        committed = len(history) - 1                     # llama.cpp's "prompt": history before the last token
-        if committed < n:
+        if len(tokens) - 1 < n:                          # llama.cpp's "prompt": history before the last token
             return NO_DRAFT
-        if self._added_until > committed - n + 1:        # indexed past this history: a request without begin()
-            self._added_until = 0
-        if self._added_until + _CHUNK < committed:
-            self._add(history, self._added_until, committed - n)
-            self._added_until = committed - n
-        window = [int(t) for t in history[-n:]]
+        window = tokens[-n:]
         h = 0
         for token in window:
             h = (h * _MULTIPLIER + token) & _MASK
@@ -155,9 +156,9 @@ class NgramModDrafter(Drafter):
             chain.append(token)
             h = ((h - window[i] * lead) * _MULTIPLIER + token) & _MASK   # roll the window by one token
             window.append(token)
-        tokens = chain[:n_max]
-        self._drafted = len(tokens)
-        return Draft.of(tokens)
+        drafted = chain[:n_max]
+        self._drafted = len(drafted)
+        return Draft.of(drafted)
 
     def accept(self, n_accepted: int) -> None:
         if self._drafted == 0:
@@ -167,7 +168,7 @@ class NgramModDrafter(Drafter):
             if self._low_rounds >= _LOW_ROUNDS:
                 self.reset()
                 self._low_rounds = 0
-                self._added_until = 0
+                self.indexed_until = 0   # the next call adds the whole history again
         else:
             self._low_rounds = 0
 

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from specframe.drafting import NO_DRAFT, Draft, Drafter
-from specframe.drafting.history import HistoryMirror
+from specframe.drafting import NO_DRAFT, Draft
+from specframe.drafting.incremental import IncrementalDrafter, ngram_starts
 from specframe.hookspecs import hookimpl
 from specframe.params import MAX_DRAFT_TOKENS, param
 
@@ -28,32 +26,31 @@ class NgramSimpleParams:
     m: int = param(48, min=1, max=MAX_DRAFT_TOKENS, help="longest draft")
 
 
-class NgramSimpleDrafter(Drafter):
+class NgramSimpleDrafter(IncrementalDrafter):
     name = "ngram-simple"
     Params = NgramSimpleParams
 
     def __init__(self, params: NgramSimpleParams, env):
         super().__init__(params, env)
-        self._seen = HistoryMirror()
         self._latest: dict[tuple, int] = {}
-        self._next_start = 0
 
-    def begin(self, prompt: np.ndarray) -> None:
-        self._seen.reset()
+    def restart(self) -> None:
+        self._latest.clear()
 
-    def draft(self, history: np.ndarray, n_max: int) -> Draft:
+    def indexable(self, length: int) -> int:
+        """n-grams that start at least two positions before the pattern's own start (llama.cpp's search)."""
+        return length - 2
+
+    def index(self, tokens: list[int], start: int, stop: int) -> None:
+        n = self.params.n
+        for at in ngram_starts(n, start, stop):
+            self._latest[tuple(tokens[at:at + n])] = at
+
+    def propose(self, tokens: list[int], n_max: int) -> Draft:
         n, m = self.params.n, self.params.m
-        if self._seen.update(history) == 0:   # a new request, after begin() or without it
-            self._latest.clear()
-            self._next_start = 0
-        tokens = self._seen.tokens
         cur_len = len(tokens) - 1           # llama.cpp's view: the history before the last sampled token
         if cur_len <= n + m + 1:
             return NO_DRAFT
-        last_start = cur_len - n - 1        # the most recent start llama.cpp's search considers
-        for start in range(self._next_start, last_start + 1):
-            self._latest[tuple(tokens[start:start + n])] = start
-        self._next_start = max(self._next_start, last_start + 1)
         match = self._latest.get(tuple(tokens[-n:]))
         if match is None:
             return NO_DRAFT

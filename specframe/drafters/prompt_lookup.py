@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from specframe.drafting import NO_DRAFT, Draft, Drafter
-from specframe.drafting.history import HistoryMirror
+from specframe.drafting import NO_DRAFT, Draft
+from specframe.drafting.incremental import IncrementalDrafter, ngram_starts
 from specframe.hookspecs import hookimpl
 from specframe.params import MAX_DRAFT_TOKENS, param
 
@@ -26,29 +24,26 @@ class PromptLookupParams:
     num_pred: int = param(10, min=1, max=MAX_DRAFT_TOKENS, help="tokens to draft after a match")
 
 
-class PromptLookupDrafter(Drafter):
+class PromptLookupDrafter(IncrementalDrafter):
     name = "prompt-lookup"
     Params = PromptLookupParams
 
     def __init__(self, params: PromptLookupParams, env):
         super().__init__(params, env)
-        self._seen = HistoryMirror()
         self._first: list[dict[tuple, int]] = [{} for _ in range(params.max_ngram + 1)]  # [n][ngram] -> start
 
-    def begin(self, prompt: np.ndarray) -> None:
-        self._seen.reset()
+    def restart(self) -> None:
+        for index in self._first:
+            index.clear()
 
-    def draft(self, history: np.ndarray, n_max: int) -> Draft:
-        new_from = self._seen.update(history)
-        if new_from == 0:   # a new request, after begin() or without it
-            for index in self._first:
-                index.clear()
-        tokens = self._seen.tokens
-        length = len(tokens)
+    def index(self, tokens: list[int], start: int, stop: int) -> None:
         for n in range(1, self.params.max_ngram + 1):
             first = self._first[n]
-            for start in range(max(0, new_from - n + 1), length - n + 1):
-                first.setdefault(tuple(tokens[start:start + n]), start)
+            for at in ngram_starts(n, start, stop):
+                first.setdefault(tuple(tokens[at:at + n]), at)
+
+    def propose(self, tokens: list[int], n_max: int) -> Draft:
+        length = len(tokens)
         for n in range(min(self.params.max_ngram, length - 1), 0, -1):
             start = self._first[n].get(tuple(tokens[length - n:]))
             if start is not None and start < length - n:   # an earlier occurrence, not the suffix itself

@@ -80,7 +80,7 @@ class ChainEntry:
     def __post_init__(self):
         self.begin_takes_sampling = begin_takes_sampling(self.drafter)
 
-    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         if self.begin_takes_sampling:
             self.drafter.begin(prompt, sampling)
         else:                                   # written when the chain set the attribute before begin(prompt)

@@ -110,7 +110,7 @@ class Drafter:
         """Refuse, when the config loads, parameters this drafter could not honour (raise ``ParamError``): an
         output file in a missing folder, say. It runs before any model is loaded, so no work is lost to them."""
 
-    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """A new request starts with ``prompt``: reset per-request state. ``sampling`` is the target's sampling
         settings when the engine accepts drafts by rejection sampling (a drafter that samples its tokens then
         returns their distributions in ``Draft.probs``), None when it accepts by matching (greedy decoding, or
