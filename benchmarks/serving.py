@@ -12,7 +12,8 @@ generated tokens per second (all tokens over the wall time), and the median and 
 and of time to the first text. Then a chat's second turn (the first turn's answer plus a question) shows how much
 of its prompt each server found in its cache (cache_n) and evaluated (prompt_n). A first row, "specframe run", is
 the same requests one after another on the engine in this process, as `specframe run` answers them (drafters
-started cold for each): the speed a single client of the server should keep.
+started cold for each): the speed a single client of the server should keep; "plain" is the same without
+speculation, the speed nothing may fall below.
 
 Not a test: timings are meaningful only on an otherwise idle machine. Builds llama-server first when needed
 (benchmarks/peers/build.sh). Writes the Markdown report (--out) and the same as JSON beside it (every request);
@@ -245,8 +246,9 @@ def bench_server(name: str, command: list[str], port: int, requests: list[Reques
     return rows, turn, outcomes
 
 
-def bench_run(config_path: pathlib.Path, requests: list[Request]) -> Row:
-    """The requests one after another as `specframe run` answers them: generation time only, drafters cold."""
+def bench_run(config_path: pathlib.Path, requests: list[Request], speculative: bool) -> Row:
+    """The requests one after another as `specframe run` answers them (``speculative``: else as `run --no-spec`):
+    generation time only, drafters cold."""
     with Engine.from_config(config_path) as engine:
         engine.generate("Say hello.", max_tokens=4, temperature=0.0)    # the servers get a warm-up too
         outcomes = []
@@ -254,13 +256,15 @@ def bench_run(config_path: pathlib.Path, requests: list[Request]) -> Row:
         for request in requests:
             engine.forget_drafters()
             began = time.perf_counter()
-            generation = engine.stream(request.message, max_tokens=request.max_tokens, temperature=0.0)
+            generation = engine.stream(request.message, max_tokens=request.max_tokens, temperature=0.0,
+                                       speculative=speculative)
             first = next((time.perf_counter() for piece in generation if piece), None)
             for _ in generation:
                 pass
             outcomes.append(Outcome(request.workload, len(generation.result.tokens), time.perf_counter() - began,
                                     first and first - began))
-        return summary("specframe run", 1, outcomes, time.perf_counter() - start)
+        name = "specframe run" if speculative else "plain (run --no-spec)"
+        return summary(name, 1, outcomes, time.perf_counter() - start)
 
 
 # --- the report ----------------------------------------------------------------------------------------------------
@@ -281,6 +285,11 @@ def report(meta: dict, rows: list[Row], turns: dict[str, dict]) -> str:
                      f"{r.latency_p90:.1f} | {first} |")
     run = next((r for r in rows if r.server == "specframe run"), None)
     serve = next((r for r in rows if r.server == "specframe" and r.clients == 1), None)
+    plain = next((r for r in rows if r.server.startswith("plain")), None)
+    if plain:
+        lines += ["", "Speed over plain decoding of the same requests, one client: " + ", ".join(
+            f"{r.server} {r.tokens_per_second / plain.tokens_per_second:.2f}x" for r in rows
+            if r.clients == 1 and r is not plain) + "."]
     if run and serve:
         ratio = serve.tokens_per_second / run.tokens_per_second
         lines += ["", (f"One client of `specframe serve` ran at {ratio:.2f}x the speed of the same requests "
@@ -340,9 +349,10 @@ def main() -> None:
     if not args.no_peer:
         binary = llama_server(args.peers)
         servers.append(("llama-server", lambda port: llama_server_command(binary, config, port)))
-    say("specframe run: the same requests in this process, one after another")
-    rows, turns, runs = [bench_run(args.config, requests)], {}, []
-    say(f"specframe run: {rows[0].tokens_per_second:.2f} tokens/s")
+    rows, turns, runs = [], {}, []
+    for speculative in (False, True):
+        rows.append(bench_run(args.config, requests, speculative))
+        say(f"{rows[-1].server}: the same requests in this process: {rows[-1].tokens_per_second:.2f} tokens/s")
     logs = pathlib.Path(tempfile.mkdtemp(prefix="specframe-serving-"))
     for name, command in servers:
         port = free_port()
