@@ -103,7 +103,10 @@ def load_plugins(modules: Iterable[str] = ()) -> Plugins:
         if pm.get_plugin(name) is not None:
             continue
         try:
-            _register(pm, importlib.import_module(name), name)
+            module = importlib.import_module(name)
+            if pm.is_registered(module):    # installed too: loaded already through its entry point
+                continue
+            _register(pm, module, name)
         except (Exception, SystemExit) as exc:  # any failure of a named module is the config's to report
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())   # pluggy's messages span lines
             raise ConfigError(f"cannot load plugin module '{name}' ({reason})") from None

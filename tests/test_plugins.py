@@ -19,6 +19,12 @@ def test_the_example_plugin_is_discovered_through_its_entry_point():
     assert [(p["name"], p["default"]) for p in params] == [("max_period", 16), ("min_repeats", 2)]
 
 
+def test_an_installed_plugin_also_named_in_the_config_is_loaded_once():
+    plugins = load_plugins(["specframe_cycle"])     # the module behind the 'cycle' entry point
+    cycle = plugins.drafter_types()["cycle"]
+    assert cycle.plugin == "cycle" and cycle.package == "specframe-cycle"
+
+
 def test_load_plugins_env_pins_the_installed_set(monkeypatch):
     monkeypatch.setenv("SPECFRAME_LOAD_PLUGINS", "")
     assert "cycle" not in load_plugins().drafter_types()
