@@ -1,17 +1,19 @@
 # Shared by the benchmark build scripts (reference/build.sh, peers/build.sh): sourced, not run.
 # Before sourcing, the script sets TAG (its name in messages) and USAGE_LINES (the range of its header that
 # --help prints). Afterwards it has say/die/hash_stdin, FORCE and JOBS from --force/--jobs N, cmake and ninja on
-# PATH, REPO_DIR, CACHE_DIR, PYTHON, LLAMA_COMMIT, SRC_DIR (the pinned llama.cpp source) and CPU_FLAGS (the CPU
-# CMake flags of our own libllama build, from ./build_llama.sh --print-cmake-args; with --cuda, its CUDA flags too),
-# BACKEND (cpu or cuda) and TOOLS_ONLY (--tools-only).
-
-LLAMA_COMMIT=0c1e570
+# PATH, REPO_DIR, CACHE_DIR, PYTHON, LLAMA_COMMIT and SDIST_VERSION (both read from build_llama.sh), SRC_DIR (the
+# pinned llama.cpp source) and CPU_FLAGS (the CPU CMake flags of our own libllama build, from ./build_llama.sh
+# --print-cmake-args; with --cuda, its CUDA flags too), BACKEND (cpu or cuda) and TOOLS_ONLY (--tools-only).
 
 say() { printf '[%s] %s\n' "$TAG" "$*" >&2; }
 die() { printf '[%s] error: %s\n' "$TAG" "$*" >&2; exit 1; }
 hash_stdin() { "$PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])'; }
 
 REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The pins live in build_llama.sh alone: the llama.cpp commit and the llama-cpp-python sdist that vendors it.
+LLAMA_COMMIT=$(sed -n 's/^LLAMA_COMMIT=\([0-9a-f]*\).*/\1/p' "$REPO_DIR/build_llama.sh")
+SDIST_VERSION=$(sed -n 's/^SDIST_VERSION=\([0-9.]*\).*/\1/p' "$REPO_DIR/build_llama.sh")
+[ -n "$LLAMA_COMMIT" ] && [ -n "$SDIST_VERSION" ] || die "cannot read LLAMA_COMMIT and SDIST_VERSION from build_llama.sh"
 PYTHON=${PYTHON:-python3}
 CACHE_DIR=${SPECFRAME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specframe}
 JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)

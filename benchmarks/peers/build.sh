@@ -21,7 +21,6 @@ set -euo pipefail
 
 TAG=peers/build
 USAGE_LINES=2,17
-LCP_VERSION=0.3.36
 RECIPE_VERSION=1   # bump when the way the peers are configured changes
 TOOLS=(llama-bench llama-completion llama-speculative-simple llama-lookup)
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../common.sh"
@@ -37,14 +36,14 @@ logged() {
     || die "$SRC_DIR has no examples/speculative-simple: not a llama.cpp tree"
 SOURCE_ID=$(source_id src ggml include common vendor tools examples CMakeLists.txt cmake)
 
-SDIST="$CACHE_DIR/src/llama_cpp_python-$LCP_VERSION.tar.gz"   # build_llama.sh keeps it there, sha256-checked
+SDIST="$CACHE_DIR/src/llama_cpp_python-$SDIST_VERSION.tar.gz"   # build_llama.sh keeps it there, sha256-checked
 if [ "$TOOLS_ONLY" = 1 ]; then
     SDIST_ID=none
 elif [ ! -f "$SDIST" ]; then
-    say "downloading the llama-cpp-python==$LCP_VERSION sdist"
+    say "downloading the llama-cpp-python==$SDIST_VERSION sdist"
     mkdir -p "$(dirname "$SDIST")"
     "$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-python -d "$(dirname "$SDIST")" \
-        "llama-cpp-python==$LCP_VERSION" || die "could not download llama-cpp-python==$LCP_VERSION from PyPI"
+        "llama-cpp-python==$SDIST_VERSION" || die "could not download llama-cpp-python==$SDIST_VERSION from PyPI"
 fi
 [ "$TOOLS_ONLY" = 1 ] || SDIST_ID=$(hash_stdin < "$SDIST")
 
@@ -102,7 +101,7 @@ fi
 if [ "$TOOLS_ONLY" = 1 ]; then
     say "--tools-only: llama-cpp-python is not built"
 elif [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/venv/.complete" ]; then
-    say "building llama-cpp-python $LCP_VERSION from its sdist into $OUT_DIR/venv (about 10 minutes on 2 cores)"
+    say "building llama-cpp-python $SDIST_VERSION from its sdist into $OUT_DIR/venv (about 10 minutes on 2 cores)"
     rm -rf "$OUT_DIR/venv"
     logged "$OUT_DIR/venv.log" "creating the venv" "$PYTHON" -m venv "$OUT_DIR/venv"
     # scikit-build-core builds Release. LLAVA_BUILD=OFF: the multimodal library is not measured. CMAKE_ARGS is
@@ -115,7 +114,7 @@ else
     say "llama-cpp-python is up to date in $OUT_DIR/venv"
 fi
 
-printf 'commit=%s\nsource=%s\nllama-cpp-python=%s\ncompiler=%s\n' "$LLAMA_COMMIT" "$SOURCE_ID" "$LCP_VERSION" \
+printf 'commit=%s\nsource=%s\nllama-cpp-python=%s\ncompiler=%s\n' "$LLAMA_COMMIT" "$SOURCE_ID" "$SDIST_VERSION" \
     "$COMPILER_ID" > "$OUT_DIR/build-info.txt"
 say "ready: $OUT_DIR"
 echo "$OUT_DIR"
