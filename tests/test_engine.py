@@ -7,6 +7,7 @@ import pytest
 
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
+from specframe.errors import SpecframeError
 from specframe.testing.lossless import compare
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
@@ -196,7 +197,7 @@ def test_requests_can_use_a_subset_of_the_drafters(engine_for):
     engine = engine_for(DRAFTERS["whole chain"])
     only = engine.generate(PROMPT, raw=True, drafters=["prompt-lookup"])
     assert set(only.stats.drafters) == {"prompt-lookup"} and only.stats.n_accepted > 0
-    with pytest.raises(Exception, match="no drafter named nope"):
+    with pytest.raises(SpecframeError, match="no drafter named nope"):
         engine.generate(PROMPT, raw=True, drafters=["nope"])
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specframe.errors import ModelError
+from specframe.errors import ModelError, SpecframeError
 from specframe.llama import Context, ContextFullError, Model, Segment
 from specframe.testing.synthetic import write_synthetic_model
 
@@ -105,7 +105,7 @@ def test_closing_a_model_closes_its_contexts_first(target_path):
     model = Model(target_path)
     ctx = Context(model, n_ctx=32)
     model.close()
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(SpecframeError, match="is closed"):
         ctx.decode([5], 0)
     ctx.close()
     model.close()   # idempotent
