@@ -70,10 +70,17 @@ def test_run_notes_token_mapping_in_the_statistics(write_config, target_path, sh
 def test_run_options_override_the_config(config, tmp_path):
     prompt = tmp_path / "p.txt"
     prompt.write_text("the quick brown fox")
-    out = run("run", "-c", str(config), "-f", str(prompt), "--raw", "--json", "-n", "5", "-t", "0.8", "-s", "3")
-    again = run("run", "-c", str(config), "-f", str(prompt), "--raw", "--json", "-n", "5", "-t", "0.8", "-s", "3")
-    assert len(json.loads(out.stdout)["tokens"]) == 5
-    assert json.loads(out.stdout)["tokens"] == json.loads(again.stdout)["tokens"]
+
+    def tokens(*options):
+        out = run("run", "-c", str(config), "-f", str(prompt), "--raw", "--json", "-n", "5", *options)
+        return tuple(json.loads(out.stdout)["tokens"])
+
+    greedy = tokens("-t", "0")
+    sampled = {seed: tokens("-t", "0.8", "-s", str(seed)) for seed in (3, 4, 5)}
+    assert len(greedy) == 5 and all(len(t) == 5 for t in sampled.values())      # -n
+    assert tokens("-t", "0.8", "-s", "3") == sampled[3]                          # -s makes sampling repeatable
+    assert len(set(sampled.values())) > 1                                        # ... and is not ignored
+    assert any(t != greedy for t in sampled.values())                            # -t is not ignored
 
 
 def test_errors_are_one_line(config, write_config):
