@@ -35,7 +35,7 @@ import numpy as np
 from specframe.drafting.gain import (ALONE, PROBE, PROBE_LENGTH, Acceptance, DrafterRecord, PassShare, best_cut,
                                      expected_tokens, plain_rate)
 from specframe.drafting.pass_cost import PassCost
-from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_takes_sampling
+from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_request, begin_takes_sampling
 from specframe.drafting.support import ContextSupport
 from specframe.sampling import SamplingParams
 
@@ -81,11 +81,7 @@ class ChainEntry:
         self.begin_takes_sampling = begin_takes_sampling(self.drafter)
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
-        if self.begin_takes_sampling:
-            self.drafter.begin(prompt, sampling)
-        else:                                   # written when the chain set the attribute before begin(prompt)
-            self.drafter.sampling = sampling
-            self.drafter.begin(prompt)
+        begin_request(self.drafter, prompt, sampling, self.begin_takes_sampling)
 
 
 @dataclass

@@ -159,6 +159,16 @@ def begin_takes_sampling(drafter: Drafter) -> bool:
     return _binds(type(drafter), "begin", _CALLS["begin"][0][1])
 
 
+def begin_request(drafter: Drafter, prompt: np.ndarray, sampling: SamplingParams | None,
+                  takes_sampling: bool) -> None:
+    """Start a request in the form the drafter was written for (``takes_sampling``: begin_takes_sampling)."""
+    if takes_sampling:
+        drafter.begin(prompt, sampling)
+    else:                                   # written when the chain set the attribute before begin(prompt)
+        drafter.sampling = sampling
+        drafter.begin(prompt)
+
+
 def _binds(cls: type, method: str, args: tuple) -> bool:
     function = getattr(cls, method)
     if not isinstance(inspect.getattr_static(cls, method), (staticmethod, classmethod)):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specframe.drafting.chain import InvalidDraft, valid_draft
-from specframe.drafting.protocol import Drafter, DrafterEnv, begin_takes_sampling
+from specframe.drafting.protocol import Drafter, DrafterEnv, begin_request, begin_takes_sampling
 from specframe.plugins import _check_drafter_class
 from specframe.sampling import SamplingParams
 
@@ -195,11 +195,7 @@ class _Run:
             raise _SetAside from None
 
     def _begin(self, drafter: Drafter, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
-        if begin_takes_sampling(drafter):
-            self._call(drafter, "begin", _read_only(prompt), sampling)
-        else:                                  # the older form: the chain sets the attribute, then begin(prompt)
-            drafter.sampling = sampling
-            self._call(drafter, "begin", _read_only(prompt))
+        self._guarded("begin()", begin_request, drafter, _read_only(prompt), sampling, begin_takes_sampling(drafter))
 
     def _draft(self, drafter: Drafter, history: np.ndarray, n_max: int) -> tuple[np.ndarray, float]:
         """The draft's tokens, after checking it as the chain does and that the history was left alone, and the
