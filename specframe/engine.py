@@ -179,8 +179,11 @@ class Engine:
         for s in sequences:
             if s.stop_reason is None and not s.generating and s.prompt_pending == 0:
                 self._begin(s)
-        generating = [s for s in sequences if s.generating]
-        reading = [s for s in sequences if s.stop_reason is None and not s.generating]
+        # In sequence order: llama.cpp evaluates a batch over several sequences in parts, each over consecutive
+        # sequence ids with as many tokens each, so an unordered batch would cost passes it need not.
+        ordered = sorted(sequences, key=lambda s: s.seq)
+        generating = [s for s in ordered if s.generating]
+        reading = [s for s in ordered if s.stop_reason is None and not s.generating]
         cost = self.calibration.cost
         if cost is not None and cost.stale and any(s.chain is not None for s in generating):
             self._measure_again(generating)
@@ -216,8 +219,10 @@ class Engine:
             return
         pass_start = time.perf_counter()
         logits = ctx.decode_batch(segments)
-        if cost is not None and not chunks:   # the table times verification passes; prompt chunks ask no logits
-            cost.observe(sum(len(segment.tokens) for segment in segments), time.perf_counter() - pass_start)
+        if cost is not None and len(segments) == 1 and not chunks:
+            # The table times one sequence's verification pass; a pass over several is evaluated in parts (see
+            # Context), and one with a prompt chunk asks no logits for it: neither is comparable.
+            cost.observe(len(segments[0].tokens), time.perf_counter() - pass_start)
         layout = tuple((segment.seq, segment.start_pos, len(segment.tokens), segment.n_logits) for segment in segments)
         for mine, ((s, draft), rows) in enumerate(zip(drafts, logits)):
             kept = self._verify(s, draft, rows)

@@ -126,3 +126,18 @@ def test_the_lossless_check_replays_the_passes_a_request_shared(engines, togethe
     wrong = (plain.tokens[index] + 1) % engine.vocab.n_tokens
     forged = dataclasses.replace(batched[1], tokens=plain.tokens[:index] + [wrong] + plain.tokens[index + 1:])
     assert "a real difference" in str(compare(plain, forged, engine))
+
+
+def test_a_pass_over_several_sequences_holds_them_in_sequence_order(engines):
+    """llama.cpp evaluates a batch over several sequences in parts over consecutive sequence ids, so a batch in
+    slot order takes fewer parts than one in the order requests came."""
+    from specframe.trace import Trace
+
+    engine = engines(3)
+    running = [engine.start(engine.prompt_tokens(prompt, raw=True), slot=slot, trace=Trace(), max_tokens=20)
+               for slot, prompt in zip((2, 0, 1), PROMPTS)]
+    while any(s.stop_reason is None for s in running):
+        engine.step([s for s in running if s.stop_reason is None])
+    layouts = [p.layout for s in running for p in engine.finish(s).passes]
+    assert any(len(layout) == 3 for layout in layouts)
+    assert all([seq for seq, *_ in layout] == sorted(seq for seq, *_ in layout) for layout in layouts)
