@@ -141,6 +141,22 @@ def test_soon_after_a_measurement_a_faster_size_is_taken_as_observed_not_measure
     assert not cost.stale and cost.seconds(1) == pytest.approx(0.0019)
 
 
+def test_a_table_measured_here_is_not_measured_again_soon_after(monkeypatch):
+    """A measurement stalls every request (a server's slots all wait): slow passes soon after one do not call for
+    another, later ones do."""
+    clock = [1000.0]
+    monkeypatch.setattr(pass_cost.time, "monotonic", lambda: clock[0])
+    cost = PassCost()
+    cost.calibrate(lambda n: 0.030 + 0.010 * n, range(1, 18))
+    for _ in range(2 * pass_cost.DRIFT_WINDOW):
+        cost.observe(4, 0.210)                                # three times the table, just after measuring
+    assert not cost.stale
+    clock[0] += pass_cost.REMEASURE_AFTER_SECONDS
+    for _ in range(pass_cost.DRIFT_WINDOW):
+        cost.observe(4, 0.210)
+    assert cost.stale and "times what the table says" in cost.stale_reason
+
+
 def test_saving_a_table_deletes_tables_too_old_to_be_used(tmp_path):
     import os
 

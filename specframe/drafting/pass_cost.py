@@ -14,7 +14,9 @@ off. Hence:
   than half again what the table says (the median of their ratios to it over the last few), or one takes less than
   two thirds of it, the table is stale (other load, another power state, a poisoned file) and the engine measures
   it again. Ratios pooled over sizes find a table that is too cheap within a few drafts even when every draft has
-  another length.
+  another length. A table this process measured is not measured again for ``REMEASURE_AFTER_SECONDS``: a
+  measurement stalls every request for seconds, and a machine that merely got slower keeps the table's shape,
+  which is what the choices depend on (a size found faster in the loop takes the observed time meanwhile).
 - **Ageing.** A stored table records when it was taken and under what load; after ``MAX_AGE_SECONDS`` it is
   measured again.
 """
@@ -44,7 +46,8 @@ FLOOR_SLACK = 0.85                   # t(k) >= 0.85 t(1): a bigger pass never co
 CEILING_SLACK = 1.5                  # t(k) <= 1.5 k t(1): nor more than k single passes, with slack
 DRIFT = 1.5                          # observed / table beyond this factor (either way) means the table is stale
 DRIFT_WINDOW = 5                     # the last passes (any sizes) whose median ratio to the table is compared
-REMEASURE_EVERY = 256                # passes between re-measurements at most
+REMEASURE_AFTER_SECONDS = 300.0      # after a measurement here, no other for this long: one costs ~20 s of
+                                     # every request's time, and a slowdown of every size alike changes no choice
 
 
 class PassCostError(ValueError):
@@ -77,7 +80,7 @@ class PassCost:
         self.measured_at = measured_at
         self.other_load = other_load
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
-        self._passes_since_measured = REMEASURE_EVERY     # a loaded table may be re-measured at once
+        self._measured_here: float | None = None        # monotonic time of this process's last measurement
         self.stale_reason: str | None = None
 
     @property
@@ -120,10 +123,13 @@ class PassCost:
             return
         expected = self._seconds[n_tokens]
         self._recent_ratios.append(seconds / expected)
-        self._passes_since_measured += 1
-        if seconds * DRIFT < expected and self._passes_since_measured < REMEASURE_EVERY:
+        lately = (self._measured_here is not None
+                  and time.monotonic() - self._measured_here < REMEASURE_AFTER_SECONDS)
+        if seconds * DRIFT < expected and lately:
             self._seconds[n_tokens] = seconds     # measured lately, yet this size runs faster in the loop (a GPU
             return                                # replays a captured graph): noise never makes a pass faster
+        if lately:
+            return
         if seconds * DRIFT < expected:
             self.stale_reason = (f"a pass of {n_tokens} token(s) took {seconds * 1e3:.1f} ms, the table says "
                                  f"{expected * 1e3:.1f} ms")
@@ -158,7 +164,7 @@ class PassCost:
         self.measured_at = time.time()
         self._seconds = table
         self._recent_ratios.clear()
-        self._passes_since_measured = 0
+        self._measured_here = time.monotonic()
         self.stale_reason = None
 
     @staticmethod
