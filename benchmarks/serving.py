@@ -274,10 +274,11 @@ def report(meta: dict, rows: list[Row], turns: dict[str, dict]) -> str:
              f"`{meta['command']}` on {meta['date']}; CPU: {meta['cpu']}; {meta['threads']} threads; "
              f"config `{meta['config']}`; {meta['requests']} requests per client count, a mix of "
              f"{', '.join(meta['workloads'])}; greedy, streamed.", "",
-             "| server | clients | tokens | wall s | aggregate tok/s | x 1 client | latency median s | p90 s | "
+             "| server | clients | tokens | wall s | aggregate tok/s | x fewest clients | latency median s | p90 s | "
              "first text median s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    single = {r.server: r.tokens_per_second for r in rows if r.clients == min(x.clients for x in rows)}
+    fewest = {server: min(r.clients for r in rows if r.server == server) for server in {r.server for r in rows}}
+    single = {r.server: r.tokens_per_second for r in rows if r.clients == fewest[r.server]}
     for r in rows:
         first = f"{r.first_text_median:.2f}" if r.first_text_median is not None else "-"
         lines.append(f"| {r.server} | {r.clients} | {r.tokens} | {r.wall_seconds:.1f} | {r.tokens_per_second:.2f} | "
