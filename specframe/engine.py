@@ -194,27 +194,32 @@ class Engine:
         pending = sum(s.prompt_pending for s in reading)
         prompt_room = min(pending, max(room - len(generating) * n_max, room // 2))
         draft_room = room - prompt_room
+        chunks = []
+        for s in reading:
+            n = min(s.prompt_pending, prompt_room)
+            if n:
+                chunks.append((s, n))
+                prompt_room -= n
+        # What each sequence puts in the pass, as the drafts are chosen in turn: a draft sees those before it.
+        planned = [(s.seq, 1) for s in generating] + [(s.seq, n) for s, n in chunks]
+        expected = float(len(generating))
         segments, drafts = [], []
-        share = PassShare(tokens=prompt_room + len(generating) - 1, expected=len(generating) - 1.0)
-        for s in generating:
+        for mine, s in enumerate(generating):
             draft = NO_DRAFT
             if s.chain is not None:
+                share = PassShare(tuple(planned), mine, expected - 1.0)
                 draft = s.chain.draft(s.history, min(s.n_max(n_max, n_ctx), draft_room), share)
                 draft_room -= len(draft)
-                share = PassShare(share.tokens + len(draft), share.expected + s.chain.expected - 1.0)
+                planned[mine] = (s.seq, 1 + len(draft))
+                expected += s.chain.expected - 1.0
             if s.n_past + 1 + len(draft) > n_ctx:
                 s.stop_reason = "context_full"
                 continue
             tokens = np.concatenate(([s.last], draft.tokens)).astype(np.int32, copy=False)
             segments.append(Segment(s.seq, tokens, s.n_past, len(tokens)))
             drafts.append((s, draft))
-        chunks = []
-        for s in reading:
-            n = min(s.prompt_pending, prompt_room)
-            if n:
-                segments.append(Segment(s.seq, s.prompt[s.n_past:s.n_past + n], s.n_past, 0))
-                chunks.append((s, n))
-                prompt_room -= n
+        for s, n in chunks:
+            segments.append(Segment(s.seq, s.prompt[s.n_past:s.n_past + n], s.n_past, 0))
         if not segments:
             return
         pass_start = time.perf_counter()

@@ -208,7 +208,17 @@ def test_a_draft_is_weighed_by_the_whole_pass_it_shares():
     p = np.full(16, 0.5)
     assert best_cut(p, XEON, share=PassShare()) == best_cut(p, XEON)
     assert best_cut(p, XEON)[1] > 1.1 * plain_rate(XEON)             # alone, a short draft pays
-    beside_three = PassShare(tokens=3, expected=3.0)                 # three sequences verifying only their last token
+    beside_three = PassShare(((0, 1), (1, 1), (2, 1), (3, 1)), mine=0, expected=3.0)   # three verifying one token
     k, rate = best_cut(p, XEON, share=beside_three)
     assert rate < plain_rate(XEON, beside_three)                     # it would slow them down more than it brings
-    assert best_cut(np.full(16, 0.9), XEON, share=beside_three)[0] < best_cut(np.full(16, 0.9), XEON)[0]
+
+
+def test_a_shared_pass_is_priced_as_llama_cpp_splits_it():
+    """Per-sequence KV buffers: a pass is evaluated in parts over consecutive sequence ids, as many tokens from
+    each as the shortest still has."""
+    four = PassShare(((0, 1), (1, 1), (2, 1), (3, 1)), mine=3)
+    assert four.seconds(XEON, 1) == pytest.approx(XEON.seconds(4))                      # one part of 4 x 1
+    assert four.seconds(XEON, 13) == pytest.approx(XEON.seconds(4) + XEON.seconds(12))  # then 12 alone
+    gap = PassShare(((0, 1), (2, 1)), mine=0)                                           # 0 and 2 are not consecutive
+    assert gap.seconds(XEON, 1) == pytest.approx(2 * XEON.seconds(1))
+    assert PassShare().seconds(XEON, 5) == XEON.seconds(5)

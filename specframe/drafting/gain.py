@@ -15,8 +15,8 @@ target emitted, whether or not it was the draft verified, so the estimates of al
 at no cost.
 
 A pass may verify several sequences' drafts at once (a server's slots). Its cost then depends on all the tokens in
-it, so a sequence's draft is weighed by the rate of the whole pass (``PassShare``): the tokens the rest of the pass
-is expected to yield plus this draft's, over the seconds of a pass over all of its tokens. Sequences choose in
+it and how llama.cpp splits them, so a sequence's draft is weighed by the rate of the whole pass (``PassShare``):
+the tokens the rest of the pass is expected to yield plus this draft's, over the seconds of the whole pass. Sequences choose in
 turn, each seeing what those before it chose: a draft is worth its tokens only while it does not slow the others
 down by more than it brings. A pass over one sequence shares nothing, and the rate is that sequence's own.
 """
@@ -47,11 +47,37 @@ COST_SAMPLES = 4        # calls timed before a drafter can be found costly by it
 
 @dataclass(frozen=True)
 class PassShare:
-    """The rest of the pass a draft would be verified in: the tokens other sequences (and prompt chunks) put in
-    it, and the tokens those are expected to yield."""
+    """The pass a draft would be verified in: its segments in batch order as (sequence id, tokens), ``mine`` the
+    index of the drafting sequence's own segment, and the tokens the other segments are expected to yield.
 
-    tokens: int = 0
+    With a KV buffer per sequence, llama.cpp evaluates such a pass in parts: each takes, from a run of consecutive
+    sequence ids, as many tokens from every one of them as the shortest still has. A pass is priced as the sum of
+    its parts: a long draft beside single tokens costs a part of its own, not just its extra tokens."""
+
+    segments: tuple[tuple[int, int], ...] = ()
+    mine: int = 0
     expected: float = 0.0
+
+    def seconds(self, cost: PassCost, n_tokens: int) -> float:
+        """The pass's seconds when this sequence puts ``n_tokens`` in it."""
+        if not self.segments:
+            return cost.seconds(n_tokens)
+        seqs = [seq for seq, _ in self.segments]
+        left = [tokens for _, tokens in self.segments]
+        left[self.mine] = n_tokens
+        total = 0.0
+        while any(left):
+            first = next(i for i, n in enumerate(left) if n)
+            part, last = [first], seqs[first]
+            for i in range(first + 1, len(left)):
+                if left[i] and seqs[i] == last + 1:
+                    part.append(i)
+                    last = seqs[i]
+            each = min(left[i] for i in part)
+            for i in part:
+                left[i] -= each
+            total += cost.seconds(each * len(part))
+        return total
 
 
 ALONE = PassShare()
@@ -225,7 +251,7 @@ def expected_tokens(p: np.ndarray) -> np.ndarray:
 
 def plain_rate(cost: PassCost, share: PassShare = ALONE) -> float:
     """Tokens per second of the pass when this sequence adds no draft (plain decoding's, alone)."""
-    return (share.expected + 1.0) / cost.seconds(share.tokens + 1)
+    return (share.expected + 1.0) / share.seconds(cost, 1)
 
 
 def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_min: int = 1,
@@ -238,7 +264,7 @@ def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_
     if len(p) < n_min:
         return 0, 0.0
     lengths = np.arange(n_min, len(p) + 1)
-    seconds = np.array([cost.seconds(share.tokens + 1 + k) for k in lengths])
+    seconds = np.array([share.seconds(cost, 1 + k) for k in lengths])
     if drafting is not None:
         seconds += [drafting.seconds(k) for k in lengths]
     rates = (share.expected + 1 + trust * (expected_tokens(p)[n_min:] - 1)) / seconds
