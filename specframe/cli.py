@@ -311,7 +311,7 @@ def ngram_build(corpus, model, output, sizes):
     try:
         ngram_sizes = sorted({int(x) for x in sizes.split(",")})
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {sizes!r}", param_hint="--sizes")
+        raise click.BadParameter(f"expected comma-separated integers, got {sizes!r}", param_hint="--sizes") from None
     if not ngram_sizes or ngram_sizes[0] < 1 or ngram_sizes[-1] > NGRAM_MAX:
         raise click.BadParameter(f"sizes must lie in 1..{NGRAM_MAX}", param_hint="--sizes")
     with Model(resolve_model(model), vocab_only=True) as vocab_model, \

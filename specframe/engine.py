@@ -14,7 +14,8 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Iterator, Sequence as Sequence_
+from typing import Iterator
+from typing import Sequence as Sequence_
 
 import numpy as np
 

@@ -177,7 +177,8 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
         speedup = speed[name] / speed[PLAIN]
         rows.append(BenchRow(
             workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name],
-            speedup=speedup, modeled_speedup=modeled[name] / modeled[PLAIN], oracle_fraction=speedup / oracle_speedup if speculative else None,
+            speedup=speedup, modeled_speedup=modeled[name] / modeled[PLAIN],
+            oracle_fraction=speedup / oracle_speedup if speculative else None,
             acceptance_rate=s.acceptance_rate if speculative else None,
             mean_accepted_length=s.mean_accepted_length if speculative else None,
             passes_per_token=s.n_target_passes / max(1, s.n_generated),

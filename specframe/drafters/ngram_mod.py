@@ -23,9 +23,9 @@ import numpy as np
 from specframe.drafting import NO_DRAFT, Draft
 from specframe.drafting.incremental import IncrementalDrafter
 from specframe.errors import ParamError
-from specframe.sampling import SamplingParams
 from specframe.hookspecs import hookimpl
 from specframe.params import MAX_DRAFT_TOKENS, param
+from specframe.sampling import SamplingParams
 
 _MULTIPLIER = 6364136223846793005   # llama.cpp's LCG multiplier; arithmetic modulo 2**64
 _MASK = (1 << 64) - 1

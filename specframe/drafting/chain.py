@@ -32,8 +32,17 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from specframe.drafting.gain import (ALONE, PROBE, PROBE_LENGTH, Acceptance, DrafterRecord, PassShare, best_cut,
-                                     expected_tokens, plain_rate)
+from specframe.drafting.gain import (
+    ALONE,
+    PROBE,
+    PROBE_LENGTH,
+    Acceptance,
+    DrafterRecord,
+    PassShare,
+    best_cut,
+    expected_tokens,
+    plain_rate,
+)
 from specframe.drafting.pass_cost import PassCost
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_request, begin_takes_sampling
 from specframe.drafting.support import ContextSupport
@@ -380,7 +389,8 @@ def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
             raise InvalidDraft("draft probs must be finite and non-negative")
         sums = probs.sum(axis=1, dtype=np.float64)
         if len(sums) and np.abs(sums - 1).max() > PROBS_TOLERANCE:
-            raise InvalidDraft(f"each row of draft probs must sum to 1, one sums to {sums[np.abs(sums - 1).argmax()]:.6g}")
+            worst = sums[np.abs(sums - 1).argmax()]
+            raise InvalidDraft(f"each row of draft probs must sum to 1, one sums to {worst:.6g}")
         if len(tokens) and (probs[np.arange(len(tokens)), tokens] <= 0).any():
             raise InvalidDraft("a drafted token has no probability in its own draft distribution")
     return Draft(tokens, probs)

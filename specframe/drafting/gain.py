@@ -199,8 +199,8 @@ class DrafterRecord:
         when it is in step with the history. One without a model is also probed after ``probe_every`` steps held
         back (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model
         is not: a draft model held back would first catch up on every token it missed, and over a run that costs
-        as much as keeping it in step, a tenth of the run on a CPU. It is asked again within a request once its estimates, or a re-measured
-        pass-cost table, say that it pays."""
+        as much as keeping it in step, a tenth of the run on a CPU. It is asked again within a request once its
+        estimates, or a re-measured pass-cost table, say that it pays."""
         self.skipped += 1
         first, self._first_step = self._first_step, False
         if expected_to_pay:

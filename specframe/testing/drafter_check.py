@@ -272,7 +272,7 @@ class _Run:
         """Median draft() time around ``long`` history tokens against around ``short``; measured twice before
         blaming the drafter, so that one burst of load on the machine does not."""
         tokens = synthetic_history(self.rng, self.n_vocab, long + 200)
-        for attempt in range(2):
+        for _attempt in range(2):
             medians = {}
             for length in (short, long):
                 drafter = self._create()
