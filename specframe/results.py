@@ -57,7 +57,8 @@ class GenerationResult:
     text: str
     tokens: list[int]
     n_prompt_tokens: int
-    stop_reason: str   # "eog", "max_tokens", "stop", "context_full", "interrupted" or "cancelled"
+    stop_reason: str   # "eog", "max_tokens", "stop", "context_full", "interrupted", "cancelled" or "error" (an
+                       # exception ended it)
     stats: RequestStats
     # With a Trace (track_margins): the top-2 logit gap of the target at each generated token, in the pass that
     # chose it, and every pass that held this request's tokens (trace.Pass).
