@@ -157,7 +157,7 @@ def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
     if name == PLAIN:
         result = engine.generate(prompt, speculative=False, **options)
     elif name == ORACLE:
-        drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]))
+        drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]), engine.drafters.env)
         result = engine.generate(prompt, chain=engine.chain_of({ORACLE: drafter}), **options)
     else:
         result = engine.generate(prompt, drafters=None if name == CHAIN else [name], **options)
