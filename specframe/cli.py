@@ -109,6 +109,7 @@ def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed
             result = generation.result
         except KeyboardInterrupt:
             result = generation.interrupt()
+        assert result is not None   # set when the request ends
         if as_json:
             click.echo(json.dumps(result.as_dict()))
         else:
@@ -194,7 +195,8 @@ def calibrate(config_path, reset, as_json):
             return
     import datetime
 
-    when = datetime.datetime.fromtimestamp(cost.measured_at).isoformat(timespec="seconds")
+    when = ("unknown" if cost.measured_at is None
+            else datetime.datetime.fromtimestamp(cost.measured_at).isoformat(timespec="seconds"))
     load = "unknown" if cost.other_load is None else f"{cost.other_load:.2f} cores"
     click.echo(f"pass costs of {engine.model.path}: measured {when}, other processes' load {load}, "
                + (f"stored in {engine.pass_cost_store.path}" if cost.storable else "not stored"))
@@ -233,8 +235,9 @@ def models_list(as_json):
     """Catalog models and whether they are in the cache."""
     from specframe.models import CATALOG
 
-    rows = [{"name": m.name, "description": m.description, "size": m.size, "present": m.present,
-             "path": str(m.path)} for m in CATALOG.values()]
+    rows: list[dict[str, typing.Any]] = [
+        {"name": m.name, "description": m.description, "size": m.size, "present": m.present, "path": str(m.path)}
+        for m in CATALOG.values()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class GenerationResult:
 class Generation:
     """A request in progress: iterating yields text as it is accepted; ``result`` is set once it ends."""
 
-    def __init__(self, run: Callable[["Generation"], Iterator[str]]):
+    def __init__(self, run: Callable[["Generation"], Generator[str, None, None]]):
         self.result: GenerationResult | None = None
         self._steps = run(self)
 
@@ -87,4 +87,5 @@ class Generation:
     def interrupt(self) -> GenerationResult:
         """End the request now (e.g. on Ctrl-C); the result holds the text accepted so far."""
         self._steps.close()
+        assert self.result is not None, "interrupted before it started"
         return self.result

@@ -8,7 +8,7 @@ import resource
 import statistics
 import sys
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -129,7 +129,7 @@ def _serve(conn, config_path: str, strategy: str) -> None:
         while conn.recv()[0] != "close":
             conn.send(("error", failure))
         return
-    handlers = {
+    handlers: dict[str, Callable[..., Any]] = {
         "ready": lambda: True,
         "tokenize": engine.prompt_tokens,
         "generate": lambda prompt, max_tokens, reference: _measured(engine, strategy, prompt, max_tokens, reference),

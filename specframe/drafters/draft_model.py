@@ -105,7 +105,7 @@ class DraftModelDrafter(Drafter):
         self._sampler: TokenSampler | None = None
 
     @classmethod
-    def for_slots(cls, params: DraftModelParams, env: DrafterEnv, n_slots: int) -> list["DraftModelDrafter"]:
+    def for_slots(cls, params: DraftModelParams, env: DrafterEnv, n_slots: int) -> list[Drafter]:
         """One model and one context for every slot, a sequence each."""
         shared = _DraftModel(params, env, n_slots)
         return [cls(params, env, shared, seq) for seq in range(n_slots)]
@@ -129,6 +129,7 @@ class DraftModelDrafter(Drafter):
         if wanted <= 0:
             return NO_DRAFT
         logits = self._sync(tokens, unchanged)
+        drafted: list[int] | np.ndarray
         drafted, probs, ended = self._generate(logits, length, wanted)
         if self.mapping is not None:
             drafted = self.mapping.back(drafted, history, min(n_max, self.params.n_max), complete=ended)

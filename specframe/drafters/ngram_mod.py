@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specframe.drafting import NO_DRAFT, Draft
+from specframe.drafting import NO_DRAFT, Draft, Drafter
 from specframe.drafting.incremental import IncrementalDrafter
 from specframe.errors import ParamError
 from specframe.hookspecs import hookimpl
@@ -77,7 +77,7 @@ class NgramModDrafter(IncrementalDrafter):
         self._lead = pow(_MULTIPLIER, params.n_match - 1, 1 << 64)   # weight of a window's first token
 
     @classmethod
-    def for_slots(cls, params: NgramModParams, env, n_slots: int) -> list["NgramModDrafter"]:
+    def for_slots(cls, params: NgramModParams, env, n_slots: int) -> list[Drafter]:
         """One pool for every slot."""
         pool = _Pool(params.pool_size)
         return [cls(params, env, pool) for _ in range(n_slots)]

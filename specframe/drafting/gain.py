@@ -237,10 +237,10 @@ def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_
     n_min = max(1, n_min)
     if len(p) < n_min:
         return 0, 0.0
-    lengths = np.arange(n_min, len(p) + 1)
+    lengths = range(n_min, len(p) + 1)
     seconds = np.array([cost.seconds(share.tokens + 1 + k) for k in lengths])
     if drafting is not None:
-        seconds += [drafting.seconds(k) for k in lengths]
+        seconds += np.array([drafting.seconds(k) for k in lengths])
     rates = (share.expected + 1 + trust * (expected_tokens(p)[n_min:] - 1)) / seconds
     best = int(np.argmax(rates))
     return int(lengths[best]), float(rates[best])
