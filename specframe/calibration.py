@@ -46,16 +46,16 @@ class Calibration:
         """Have a trustworthy cost for every size: the table in hand, else the stored one, else measured now on
         sequence ``seq`` after its first ``n_past`` positions (which are kept)."""
         cost = self.cost
-        if cost.covers(sizes) and not cost.stale:
+        if cost is None or (cost.covers(sizes) and not cost.stale):   # None: not adaptive, no table to have
             return
         with self.store.locked():   # another process starting at the same time measures once
             stored = None if cost.stale else self.store.load()
             if stored is not None and stored.covers(sizes):
-                cost.__init__(stored.measured, measured_at=stored.measured_at, other_load=stored.other_load)
+                PassCost.__init__(cost, stored.measured, measured_at=stored.measured_at, other_load=stored.other_load)
                 return
             if cost.stale:
                 log.info("measuring the pass costs again: %s", cost.stale_reason)
-            self._measure(sizes, seq, n_past)
+            self._measure(cost, sizes, seq, n_past)
             self.store.save(cost)
 
     def calibrate(self, sizes: list[int], reset: bool = False) -> PassCost:
@@ -69,7 +69,7 @@ class Calibration:
         self.ensure(sizes)
         return self.cost
 
-    def _measure(self, sizes: list[int], seq: int, n_past: int) -> None:
+    def _measure(self, cost: PassCost, sizes: list[int], seq: int, n_past: int) -> None:
         ctx = self.context
         filler = np.full(max(sizes), ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0, dtype=np.int32)
 
@@ -80,4 +80,4 @@ class Calibration:
             ctx.truncate(n_past, seq)
             return seconds
 
-        self.cost.calibrate(run_pass, sizes)
+        cost.calibrate(run_pass, sizes)

@@ -109,6 +109,7 @@ def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed
             result = generation.result
         except KeyboardInterrupt:
             result = generation.interrupt()
+        assert result is not None   # set when the request ends
         if as_json:
             click.echo(json.dumps(result.as_dict()))
         else:
@@ -194,7 +195,8 @@ def calibrate(config_path, reset, as_json):
             return
     import datetime
 
-    when = datetime.datetime.fromtimestamp(cost.measured_at).isoformat(timespec="seconds")
+    when = ("unknown" if cost.measured_at is None
+            else datetime.datetime.fromtimestamp(cost.measured_at).isoformat(timespec="seconds"))
     load = "unknown" if cost.other_load is None else f"{cost.other_load:.2f} cores"
     click.echo(f"pass costs of {engine.model.path}: measured {when}, other processes' load {load}, "
                + (f"stored in {engine.pass_cost_store.path}" if cost.storable else "not stored"))
@@ -233,8 +235,9 @@ def models_list(as_json):
     """Catalog models and whether they are in the cache."""
     from specframe.models import CATALOG
 
-    rows = [{"name": m.name, "description": m.description, "size": m.size, "present": m.present,
-             "path": str(m.path)} for m in CATALOG.values()]
+    rows: list[dict[str, typing.Any]] = [
+        {"name": m.name, "description": m.description, "size": m.size, "present": m.present, "path": str(m.path)}
+        for m in CATALOG.values()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -311,7 +314,7 @@ def ngram_build(corpus, model, output, sizes):
     try:
         ngram_sizes = sorted({int(x) for x in sizes.split(",")})
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {sizes!r}", param_hint="--sizes")
+        raise click.BadParameter(f"expected comma-separated integers, got {sizes!r}", param_hint="--sizes") from None
     if not ngram_sizes or ngram_sizes[0] < 1 or ngram_sizes[-1] > NGRAM_MAX:
         raise click.BadParameter(f"sizes must lie in 1..{NGRAM_MAX}", param_hint="--sizes")
     with Model(resolve_model(model), vocab_only=True) as vocab_model, \

@@ -14,7 +14,8 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Iterator, Sequence as Sequence_
+from typing import Any, Generator
+from typing import Sequence as Sequence_
 
 import numpy as np
 
@@ -85,13 +86,14 @@ class Engine:
             text = self.model.apply_chat_template(messages + [("user", prompt)])
         return self.vocab.tokenize(text, add_special=True, parse_special=True)
 
-    def generate(self, prompt: str | Sequence_[int], **options) -> GenerationResult:
+    def generate(self, prompt: str | Sequence_[int] | np.ndarray, **options) -> GenerationResult:
         generation = self.stream(prompt, **options)
         for _ in generation:
             pass
+        assert generation.result is not None   # set when the request ends
         return generation.result
 
-    def stream(self, prompt: str | Sequence_[int], *, raw: bool = False, track_margins: bool = False,
+    def stream(self, prompt: str | Sequence_[int] | np.ndarray, *, raw: bool = False, track_margins: bool = False,
                **options) -> Generation:
         """Start a request. ``prompt`` is text (chat-templated unless ``raw``) or token ids (used as they are);
         ``track_margins`` records a Trace (margins and passes) in the result; other options as ``start``."""
@@ -120,7 +122,7 @@ class Engine:
         if acceptance not in ACCEPTANCE_MODES:
             raise SpecframeError(f"acceptance {acceptance!r}: expected one of {', '.join(ACCEPTANCE_MODES)}")
         sampling = self.config.sampling
-        overrides = {"temperature": temperature, "top_p": top_p, "seed": seed}
+        overrides: dict[str, Any] = {"temperature": temperature, "top_p": top_p, "seed": seed}
         sampling = replace(sampling, **{k: v for k, v in overrides.items() if v is not None})
         if chain is None and speculative and self.config.speculative.enabled:
             chain = self.drafters.chain(drafters, slot)
@@ -153,7 +155,7 @@ class Engine:
         self._kept[sequence.seq] = sequence.history[:sequence.n_past].copy()
         return sequence.finish(reason)
 
-    def _run(self, generation: Generation, sequence: Sequence) -> Iterator[str]:
+    def _run(self, generation: Generation, sequence: Sequence) -> Generator[str, None, None]:
         try:   # an interrupt during the prompt ends the request like one during generation
             while sequence.stop_reason is None:
                 self.step([sequence])

@@ -3,9 +3,9 @@
 Reading: ``read_text`` decodes UTF-8 or names the file and the first bad byte; ``file_problem`` and
 ``output_problem`` say in a few words why a path cannot be read or written, before any work depends on it.
 
-Writing: a write goes to a temporary file of its own in the same folder, is flushed to disk and renamed over the target, so
-a reader sees the old file or the new one, never a mix, and a kill leaves at most an orphan temporary file that the
-next write of the same file removes. Two processes that update the same file (read, change, write) hold
+Writing: a write goes to a temporary file of its own in the same folder, is flushed to disk and renamed over the
+target, so a reader sees the old file or the new one, never a mix, and a kill leaves at most an orphan temporary file
+that the next write of the same file removes. Two processes that update the same file (read, change, write) hold
 ``locked(path)`` around it, so neither loses the other's update.
 """
 

@@ -93,7 +93,7 @@ class NgramCache:
         """Write atomically (a temporary file of its own renamed into place)."""
         keys = np.full((len(self.table), NGRAM_MAX), -1, dtype="<i4")
         lengths = np.empty(len(self.table), dtype="<u4")
-        pairs = []
+        pairs: list[int] = []
         for row, (key, part) in enumerate(self.table.items()):
             keys[row, :len(key)] = key
             lengths[row] = len(part)
@@ -153,7 +153,7 @@ class NgramCache:
 
 
 def count_text_files(paths: Iterable[str | os.PathLike], tokenize: Callable[[str], np.ndarray],
-                     sizes: Iterable[int] = (2,), progress: Callable[[int], None] = lambda n_bytes: None,
+                     sizes: Iterable[int] = (2,), progress: Callable[[int], object] = lambda n_bytes: None,
                      ) -> tuple[NgramCache, int]:
     """Count the n-grams of UTF-8 text files into a new cache; return it and the number of tokens read.
 

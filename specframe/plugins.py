@@ -47,7 +47,7 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 class DrafterType:
     """A registered drafter class and where it came from."""
 
-    cls: type
+    cls: type[Drafter]
     plugin: str
     package: str
 
@@ -61,8 +61,8 @@ class DrafterType:
         hints = typing.get_type_hints(self.cls.Params)
         for f in dataclasses.fields(self.cls.Params):
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            default = (None if required else f.default if f.default is not dataclasses.MISSING
-                       else f.default_factory())
+            default = (f.default if f.default is not dataclasses.MISSING
+                       else f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
             meta = f.metadata
             params.append({"name": f.name, "type": _type_name(f.type), "default": default, "required": required,
                            "min": meta.get("min"), "max": meta.get("max"), "choices": meta.get("choices"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
 import numpy as np
 
@@ -57,7 +57,8 @@ class GenerationResult:
     text: str
     tokens: list[int]
     n_prompt_tokens: int
-    stop_reason: str   # "eog", "max_tokens", "stop", "context_full", "interrupted" or "cancelled"
+    stop_reason: str   # "eog", "max_tokens", "stop", "context_full", "interrupted", "cancelled" or "error" (an
+                       # exception ended it)
     stats: RequestStats
     # With a Trace (track_margins): the top-2 logit gap of the target at each generated token, in the pass that
     # chose it, and every pass that held this request's tokens (trace.Pass).
@@ -76,7 +77,7 @@ class GenerationResult:
 class Generation:
     """A request in progress: iterating yields text as it is accepted; ``result`` is set once it ends."""
 
-    def __init__(self, run: Callable[["Generation"], Iterator[str]]):
+    def __init__(self, run: Callable[["Generation"], Generator[str, None, None]]):
         self.result: GenerationResult | None = None
         self._steps = run(self)
 
@@ -86,4 +87,5 @@ class Generation:
     def interrupt(self) -> GenerationResult:
         """End the request now (e.g. on Ctrl-C); the result holds the text accepted so far."""
         self._steps.close()
+        assert self.result is not None, "interrupted before it started"
         return self.result

@@ -87,15 +87,15 @@ def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | Non
         mismatch = np.flatnonzero(choices[:k] != tokens)
         n = int(mismatch[0]) if mismatch.size else k
         return n, choices[:n + 1].tolist()
-    by_rejection = acceptance == "rejection" and draft_probs is not None
+    rejection_probs = draft_probs if acceptance == "rejection" else None
     emitted = []
     for i in range(k + 1):
         ids, probs = sampler.candidates(logits[i])
         if i == k:
             emitted.append(sampler.draw(ids, probs))
             return k, emitted
-        if by_rejection:
-            token, accepted = _reject_or_accept(sampler, ids, probs, int(tokens[i]), draft_probs[i])
+        if rejection_probs is not None:
+            token, accepted = _reject_or_accept(sampler, ids, probs, int(tokens[i]), rejection_probs[i])
         else:
             token = sampler.draw(ids, probs)
             accepted = token == tokens[i]

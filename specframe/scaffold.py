@@ -55,7 +55,8 @@ def write_plugin_package(name: str, directory: str | os.PathLike = ".") -> pathl
 def _check_name(name: str) -> None:
     if not _NAME.match(name) or len(name) > MAX_NAME_LENGTH:
         raise ScaffoldError(f"drafter name {name!r}: expected lowercase letters and digits, words joined by single "
-                            f"hyphens, starting with a letter, at most {MAX_NAME_LENGTH} characters (e.g. 'my-drafter')")
+                            f"hyphens, starting with a letter, at most {MAX_NAME_LENGTH} characters "
+                            "(e.g. 'my-drafter')")
     from specframe.plugins import load_plugins
 
     taken = load_plugins().drafter_types().get(name)

@@ -115,12 +115,12 @@ class Sequence:
     # --- the end ---------------------------------------------------------------------------------------------
 
     def finish(self, reason: str | None = None) -> GenerationResult:
-        """End the request (for ``reason`` when it has not stopped by itself) and make its result; what text
-        was held back (a possible start of a stop string, an incomplete character) comes out now unless the
-        request was cut short."""
+        """End the request (for ``reason`` when it has not stopped by itself; "error" without one: an exception
+        ended it) and make its result; what text was held back (a possible start of a stop string, an incomplete
+        character) comes out now unless the request was cut short."""
         if self.result is not None:
             return self.result
-        self.stop_reason = self.stop_reason or reason
+        self.stop_reason = self.stop_reason or reason or "error"
         stats, now = self.stats, time.perf_counter()
         if self._generation_start is None:
             stats.prompt_seconds = now - self._started

@@ -1,4 +1,5 @@
-"""A request's statistics as text, as llama.cpp prints them for speculative decoding (run's stderr, the server's log)."""
+"""A request's statistics as text, as llama.cpp prints them for speculative decoding (run's stderr, the server's
+log)."""
 
 from __future__ import annotations
 

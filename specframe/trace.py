@@ -41,6 +41,6 @@ class Trace:
     def observe(self, layout: tuple, mine: int, logits: np.ndarray | None, kept: int) -> None:
         """A pass laid out as ``layout``, whose segment ``mine`` was this request's, chose ``kept`` generated tokens
         from the first rows of ``logits``."""
-        if kept:
+        if kept and logits is not None:
             self.margins.extend(top2_margin(logits[:kept]).tolist())
         self.passes.append(Pass(layout, mine, kept))

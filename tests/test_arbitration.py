@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
-from specframe.drafting.gain import (PROBE_EVERY, Acceptance, CallCost, PassShare, best_cut,
-                                     expected_tokens, plain_rate)
+from specframe.drafting.gain import PROBE_EVERY, Acceptance, CallCost, PassShare, best_cut, expected_tokens, plain_rate
 from specframe.drafting.pass_cost import PassCost
 
 RNG = np.random.default_rng(0)

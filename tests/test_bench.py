@@ -6,11 +6,12 @@ import pytest
 from specframe.bench.oracle import OracleDrafter
 from specframe.bench.workloads import BUILTIN, workload, workloads
 from specframe.errors import SpecframeError
+from specframe.testing import fake_env
 
 
 def test_the_oracle_drafts_the_reference_and_rejoins_it_after_a_divergence():
     reference = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], dtype=np.int32)
-    oracle = OracleDrafter(reference)
+    oracle = OracleDrafter(reference, fake_env())
     oracle.begin(reference[:3])
     assert oracle.draft(reference[:3], 4).tokens.tolist() == [4, 5, 6, 7]
     assert oracle.draft(reference[:8], 2).tokens.tolist() == [9, 10]

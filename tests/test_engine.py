@@ -42,7 +42,8 @@ def engine_for(write_config, target_path, draft_path, shuffled_draft_path):
             [generation]
             max_tokens = {max_tokens}
             [speculative]
-            """ + speculative + "\n" + extra + "\n" + drafters.format(draft=draft_path, shuffled_draft=shuffled_draft_path))
+            """ + speculative + "\n" + extra + "\n"
+            + drafters.format(draft=draft_path, shuffled_draft=shuffled_draft_path))
         engine = Engine.from_config(config)
         engines.append(engine)
         return engine
@@ -202,7 +203,8 @@ def test_requests_can_use_a_subset_of_the_drafters(engine_for):
 
 
 def test_speculative_n_min_passes_short_drafts_over(engine_for):
-    engine = engine_for('[[drafter]]\ntype = "prompt-lookup"\nnum_pred = 3\n', speculative="adaptive = false\nn_min = 4")
+    engine = engine_for('[[drafter]]\ntype = "prompt-lookup"\nnum_pred = 3\n',
+                        speculative="adaptive = false\nn_min = 4")
     result = engine.generate(PROMPT, raw=True)
     assert result.stats.n_drafted == 0 and result.stats.drafters["prompt-lookup"]["calls"] > 0
 
@@ -248,8 +250,9 @@ def poison(engine, table: dict) -> None:
     import time
 
     engine.pass_cost_store.path.parent.mkdir(parents=True, exist_ok=True)
+    seconds = {str(n): s for n, s in table.items()}
     engine.pass_cost_store.path.write_text(json.dumps(
-        {"version": 2, "measured_at": time.time(), "other_load": 0.0, "seconds": {str(n): s for n, s in table.items()}}))
+        {"version": 2, "measured_at": time.time(), "other_load": 0.0, "seconds": seconds}))
 
 
 def test_an_impossible_stored_table_is_measured_again_and_speculation_goes_on(engine_for):

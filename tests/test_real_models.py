@@ -7,12 +7,12 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from specframe.bench.workloads import workload
 from specframe.cli import main
 from specframe.config import load_config
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import ModelError
-from specframe.bench.workloads import workload
 from specframe.testing.lossless import compare
 
 pytestmark = pytest.mark.real_model

@@ -83,7 +83,8 @@ def test_a_bad_name_is_refused_in_one_line(tmp_path, name, expected):
 def test_an_existing_folder_or_a_missing_dir_is_refused_in_one_line(package, tmp_path):
     before = sorted(package.rglob("*"))
     result = new_drafter("tail-copy", package.parent)
-    assert result.exit_code == 1 and result.output == f"Error: {package} already exists: choose another name or folder\n"
+    assert result.exit_code == 1
+    assert result.output == f"Error: {package} already exists: choose another name or folder\n"
     assert sorted(package.rglob("*")) == before
     result = new_drafter("tail-copy", tmp_path / "missing")
     assert result.output == f"Error: {tmp_path / 'missing'}: no such folder to write the package into\n"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specframe.drafting import NO_DRAFT, Draft, Drafter
+from specframe.drafting import NO_DRAFT, Draft, Drafter, DrafterEnv
 
 ANCHOR = 4
 
@@ -21,8 +21,8 @@ ANCHOR = 4
 class OracleDrafter(Drafter):
     name = "oracle"
 
-    def __init__(self, reference: np.ndarray):
-        super().__init__(None, None)
+    def __init__(self, reference: np.ndarray, env: DrafterEnv):
+        super().__init__(None, env)
         self.reference = np.asarray(reference, dtype=np.int32)   # prompt + plain greedy continuation
         tokens = self.reference.tolist()
         self._after: dict[tuple, list[int]] = {}                  # ANCHOR tokens -> positions right after them

@@ -8,7 +8,7 @@ import resource
 import statistics
 import sys
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -129,7 +129,7 @@ def _serve(conn, config_path: str, strategy: str) -> None:
         while conn.recv()[0] != "close":
             conn.send(("error", failure))
         return
-    handlers = {
+    handlers: dict[str, Callable[..., Any]] = {
         "ready": lambda: True,
         "tokenize": engine.prompt_tokens,
         "generate": lambda prompt, max_tokens, reference: _measured(engine, strategy, prompt, max_tokens, reference),
@@ -157,7 +157,7 @@ def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
     if name == PLAIN:
         result = engine.generate(prompt, speculative=False, **options)
     elif name == ORACLE:
-        drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]))
+        drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]), engine.drafters.env)
         result = engine.generate(prompt, chain=engine.chain_of({ORACLE: drafter}), **options)
     else:
         result = engine.generate(prompt, drafters=None if name == CHAIN else [name], **options)
@@ -177,7 +177,8 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
         speedup = speed[name] / speed[PLAIN]
         rows.append(BenchRow(
             workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name],
-            speedup=speedup, modeled_speedup=modeled[name] / modeled[PLAIN], oracle_fraction=speedup / oracle_speedup if speculative else None,
+            speedup=speedup, modeled_speedup=modeled[name] / modeled[PLAIN],
+            oracle_fraction=speedup / oracle_speedup if speculative else None,
             acceptance_rate=s.acceptance_rate if speculative else None,
             mean_accepted_length=s.mean_accepted_length if speculative else None,
             passes_per_token=s.n_target_passes / max(1, s.n_generated),

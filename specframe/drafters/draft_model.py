@@ -8,10 +8,12 @@ model and one context, a sequence per slot, each slot's drafter mirroring its ow
 
 Drafting takes the top token while its probability is at least ``p_min``, up to ``n_max`` tokens; drafts
 shorter than ``n_min`` are dropped. When the engine accepts by rejection sampling (``begin`` is given the sampling
-settings), the draft samples its tokens with the target's temperature / top-k / top-p instead and returns their distributions.
+settings), the draft samples its tokens with the target's temperature / top-k / top-p instead and returns their
+distributions.
 
 Vocabularies: llama.cpp's compatibility check decides. A compatible draft drafts token ids directly; any other
-drafts through text (drafting/token_mapping.py), with the ``replace`` table turning target text into the draft's dialect.
+drafts through text (drafting/token_mapping.py), with the ``replace`` table turning target text into the draft's
+dialect.
 
 Difference from llama.cpp: its p_min is tested on probabilities renormalised over the top 10 candidates; here
 it is the probability over the whole vocabulary, which is what p_min means (slightly stricter).
@@ -42,7 +44,8 @@ class DraftModelParams:
     n_max: int = param(16, min=1, max=MAX_DRAFT_TOKENS, help="longest draft")
     n_min: int = param(0, min=0, max=MAX_DRAFT_TOKENS, help="drafts shorter than this are dropped")
     p_min: float = param(0.75, min=0.0, max=1.0, help="stop drafting when the top token is less likely")
-    n_ctx: int = param(0, min=0, max=INT32_MAX, help="draft context size (0: the target's; twice that with token mapping)")
+    n_ctx: int = param(0, min=0, max=INT32_MAX,
+                       help="draft context size (0: the target's; twice that with token mapping)")
     token_mapping: str = param("auto", choices=("auto", "always", "never"),
                                help="draft through text: auto = when the vocabularies are incompatible")
     replace: dict = param({}, help="TARGET = DRAFT text replacements for token mapping, e.g. chat markers")
@@ -102,7 +105,7 @@ class DraftModelDrafter(Drafter):
         self._sampler: TokenSampler | None = None
 
     @classmethod
-    def for_slots(cls, params: DraftModelParams, env: DrafterEnv, n_slots: int) -> list["DraftModelDrafter"]:
+    def for_slots(cls, params: DraftModelParams, env: DrafterEnv, n_slots: int) -> list[Drafter]:
         """One model and one context for every slot, a sequence each."""
         shared = _DraftModel(params, env, n_slots)
         return [cls(params, env, shared, seq) for seq in range(n_slots)]
@@ -126,6 +129,7 @@ class DraftModelDrafter(Drafter):
         if wanted <= 0:
             return NO_DRAFT
         logits = self._sync(tokens, unchanged)
+        drafted: list[int] | np.ndarray
         drafted, probs, ended = self._generate(logits, length, wanted)
         if self.mapping is not None:
             drafted = self.mapping.back(drafted, history, min(n_max, self.params.n_max), complete=ended)

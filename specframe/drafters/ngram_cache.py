@@ -28,7 +28,7 @@ import os
 import pathlib
 from dataclasses import dataclass
 
-from specframe.drafting import NO_DRAFT, Draft
+from specframe.drafting import NO_DRAFT, Draft, Drafter
 from specframe.drafting.incremental import IncrementalDrafter
 from specframe.errors import ParamError
 from specframe.files import file_problem, output_problem
@@ -55,7 +55,7 @@ class NgramCacheParams:
 class _Caches:
     """The static cache, the dynamic one and what this process learned: what a server's slots share."""
 
-    def __init__(self, static: str | None, dynamic: str | None, max_ngrams: int):
+    def __init__(self, static: str, dynamic: str, max_ngrams: int):
         self.static = NgramCache.load(static) if static else NgramCache()
         self.dynamic = NgramCache.load(dynamic) if dynamic and os.path.exists(dynamic) else NgramCache()
         self.dynamic.cap(max_ngrams)
@@ -73,7 +73,7 @@ class NgramCacheDrafter(IncrementalDrafter):
         self.context = NgramCache()
 
     @classmethod
-    def for_slots(cls, params: NgramCacheParams, env, n_slots: int) -> list["NgramCacheDrafter"]:
+    def for_slots(cls, params: NgramCacheParams, env, n_slots: int) -> list[Drafter]:
         """One static and one dynamic cache for every slot."""
         caches = cls._load(params, env)
         return [cls(params, env, caches) for _ in range(n_slots)]
@@ -153,9 +153,9 @@ class NgramCacheDrafter(IncrementalDrafter):
             self._caches.learned = NgramCache()
 
 
-def _located(value: str, env) -> str | None:
-    """A file named in the params, relative to the config (as given when there is no environment)."""
-    return (os.fspath(env.path(value)) if env is not None else value) if value else None
+def _located(value: str, env) -> str:
+    """A file named in the params, relative to the config (as given when there is no environment); "" for none."""
+    return os.fspath(env.path(value)) if value and env is not None else value
 
 
 def _confident(cache: NgramCache, ngrams: list[tuple], static_part: dict, thresholds) -> int | None:

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specframe.drafting import NO_DRAFT, Draft
+from specframe.drafting import NO_DRAFT, Draft, Drafter
 from specframe.drafting.incremental import IncrementalDrafter
 from specframe.errors import ParamError
-from specframe.sampling import SamplingParams
 from specframe.hookspecs import hookimpl
 from specframe.params import MAX_DRAFT_TOKENS, param
+from specframe.sampling import SamplingParams
 
 _MULTIPLIER = 6364136223846793005   # llama.cpp's LCG multiplier; arithmetic modulo 2**64
 _MASK = (1 << 64) - 1
@@ -77,7 +77,7 @@ class NgramModDrafter(IncrementalDrafter):
         self._lead = pow(_MULTIPLIER, params.n_match - 1, 1 << 64)   # weight of a window's first token
 
     @classmethod
-    def for_slots(cls, params: NgramModParams, env, n_slots: int) -> list["NgramModDrafter"]:
+    def for_slots(cls, params: NgramModParams, env, n_slots: int) -> list[Drafter]:
         """One pool for every slot."""
         pool = _Pool(params.pool_size)
         return [cls(params, env, pool) for _ in range(n_slots)]

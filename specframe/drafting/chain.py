@@ -32,8 +32,17 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from specframe.drafting.gain import (ALONE, PROBE, PROBE_LENGTH, Acceptance, DrafterRecord, PassShare, best_cut,
-                                     expected_tokens, plain_rate)
+from specframe.drafting.gain import (
+    ALONE,
+    PROBE,
+    PROBE_LENGTH,
+    Acceptance,
+    DrafterRecord,
+    PassShare,
+    best_cut,
+    expected_tokens,
+    plain_rate,
+)
 from specframe.drafting.pass_cost import PassCost
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_request, begin_takes_sampling
 from specframe.drafting.support import ContextSupport
@@ -145,7 +154,7 @@ class DrafterChain:
         chosen.entry.stats.drafted_tokens += len(chosen.draft)
         return chosen.draft
 
-    def accept(self, n_accepted: int, emitted: np.ndarray) -> None:
+    def accept(self, n_accepted: int, emitted: np.ndarray | list[int]) -> None:
         """The target accepted ``n_accepted`` tokens of the chosen draft and emitted ``emitted`` (those and its own
         next token). Every draft of this step is scored against them."""
         if self._chosen is not None:
@@ -177,15 +186,16 @@ class DrafterChain:
     def _by_priority(self, history: np.ndarray, n_max: int) -> _Candidate | None:
         for entry in self._active():
             candidate = (self._ask(entry, history, n_max) if self.cost is None
-                         else self._ask_if_it_pays(entry, history, n_max, self._plain_rate()))
+                         else self._ask_if_it_pays(entry, history, n_max, self.cost, self._plain_rate()))
             if candidate is not None:
                 return candidate
         return None
 
-    def _ask_if_it_pays(self, entry: ChainEntry, history: np.ndarray, n_max: int, to_beat: float) -> _Candidate | None:
+    def _ask_if_it_pays(self, entry: ChainEntry, history: np.ndarray, n_max: int, cost: PassCost,
+                        to_beat: float) -> _Candidate | None:
         """Ask a drafter whose drafting costs time only when its draft is expected to beat ``to_beat`` tokens per
         second, or as a probe (gain.DrafterRecord.decide)."""
-        record, cost = entry.record, self.cost
+        record = entry.record
         length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust, self._share)
         decision = record.decide(prospect > to_beat, entry.drafter.uses_model)
         if decision is None:
@@ -197,7 +207,8 @@ class DrafterChain:
 
     def _by_gain(self, history: np.ndarray, n_max: int) -> _Candidate | None:
         cost, plain = self.cost, self._plain_rate()
-        cheap, costly = [], []
+        cheap: list[ChainEntry] = []
+        costly: list[ChainEntry] = []
         for entry in self._active():
             single = cost.seconds(1) if cost is not None else 0.0
             (costly if entry.record.costly(single, entry.drafter.uses_model) else cheap).append(entry)
@@ -208,7 +219,7 @@ class DrafterChain:
             if cost is None:
                 asked = self._ask(entry, history, n_max)
             else:
-                asked = self._ask_if_it_pays(entry, history, n_max, max(plain, best[1] if best else 0.0))
+                asked = self._ask_if_it_pays(entry, history, n_max, cost, max(plain, best[1] if best else 0.0))
             if asked is not None:
                 best = self._best()
         if best is None:
@@ -380,7 +391,8 @@ def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
             raise InvalidDraft("draft probs must be finite and non-negative")
         sums = probs.sum(axis=1, dtype=np.float64)
         if len(sums) and np.abs(sums - 1).max() > PROBS_TOLERANCE:
-            raise InvalidDraft(f"each row of draft probs must sum to 1, one sums to {sums[np.abs(sums - 1).argmax()]:.6g}")
+            worst = sums[np.abs(sums - 1).argmax()]
+            raise InvalidDraft(f"each row of draft probs must sum to 1, one sums to {worst:.6g}")
         if len(tokens) and (probs[np.arange(len(tokens)), tokens] <= 0).any():
             raise InvalidDraft("a drafted token has no probability in its own draft distribution")
     return Draft(tokens, probs)

@@ -54,8 +54,8 @@ class ConfiguredDrafters:
                 drafters = drafter_type.cls.for_slots(drafter_cfg.params, self.env, self.slots)
                 if len(drafters) != self.slots:
                     raise TypeError(f"for_slots() made {len(drafters)} drafters for {self.slots} slots")
-                self._made[drafter_cfg.name] = [ChainEntry(drafter_cfg.name, drafter, drafter_type.plugin, DrafterStats())
-                                                for drafter in drafters]
+                self._made[drafter_cfg.name] = [
+                    ChainEntry(drafter_cfg.name, drafter, drafter_type.plugin, DrafterStats()) for drafter in drafters]
             except ParamError as exc:
                 raise self.config.drafter_error(drafter_cfg, exc) from None
             except SpecframeError:

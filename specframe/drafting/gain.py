@@ -16,9 +16,9 @@ at no cost.
 
 A pass may verify several sequences' drafts at once (a server's slots). Its cost then depends on all the tokens in
 it and how llama.cpp splits them, so a sequence's draft is weighed by the rate of the whole pass (``PassShare``):
-the tokens the rest of the pass is expected to yield plus this draft's, over the seconds of the whole pass. Sequences choose in
-turn, each seeing what those before it chose: a draft is worth its tokens only while it does not slow the others
-down by more than it brings. A pass over one sequence shares nothing, and the rate is that sequence's own.
+the tokens the rest of the pass is expected to yield plus this draft's, over the seconds of the whole pass.
+Sequences choose in turn, each seeing what those before it chose: a draft is worth its tokens only while it does not
+slow the others down by more than it brings. A pass over one sequence shares nothing, and the rate is that sequence's own.
 """
 
 from __future__ import annotations
@@ -225,8 +225,8 @@ class DrafterRecord:
         when it is in step with the history. One without a model is also probed after ``probe_every`` steps held
         back (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model
         is not: a draft model held back would first catch up on every token it missed, and over a run that costs
-        as much as keeping it in step, a tenth of the run on a CPU. It is asked again within a request once its estimates, or a re-measured
-        pass-cost table, say that it pays."""
+        as much as keeping it in step, a tenth of the run on a CPU. It is asked again within a request once its
+        estimates, or a re-measured pass-cost table, say that it pays."""
         self.skipped += 1
         first, self._first_step = self._first_step, False
         if expected_to_pay:
@@ -263,10 +263,10 @@ def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_
     n_min = max(1, n_min)
     if len(p) < n_min:
         return 0, 0.0
-    lengths = np.arange(n_min, len(p) + 1)
+    lengths = range(n_min, len(p) + 1)
     seconds = np.array([share.seconds(cost, 1 + k) for k in lengths])
     if drafting is not None:
-        seconds += [drafting.seconds(k) for k in lengths]
+        seconds += np.array([drafting.seconds(k) for k in lengths])
     rates = (share.expected + 1 + trust * (expected_tokens(p)[n_min:] - 1)) / seconds
     best = int(np.argmax(rates))
     return int(lengths[best]), float(rates[best])

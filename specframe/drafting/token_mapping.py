@@ -87,7 +87,7 @@ class Tokenizer:
             lengths[first] -= min(surplus, lengths[first])
         return tokens, offset + np.cumsum(lengths)
 
-    def restart(self, text: bytes, ends: np.ndarray, n: int, back: int = RETOKENIZE_TOKENS) -> int:
+    def restart(self, text: bytes | bytearray, ends: np.ndarray, n: int, back: int = RETOKENIZE_TOKENS) -> int:
         """The index of a token, about ``back`` tokens before the ``n``-th, from which tokenizing can start
         again: with a space prefix, only before a space."""
         index = max(0, n - back)

@@ -16,6 +16,7 @@ import logging
 import os
 import pathlib
 import sys
+from typing import Any
 
 from specframe.errors import SpecframeError
 from specframe.llama._declarations import MODULE_NAME
@@ -42,8 +43,9 @@ def library_prefix() -> pathlib.Path:
 
 
 @functools.lru_cache(maxsize=None)
-def native():
-    """Return ``(ffi, lib)`` of the binding, importing it once."""
+def native() -> tuple[Any, Any]:
+    """Return ``(ffi, lib)`` of the binding, importing it once. They are untyped: the rest of specframe/llama/
+    calls them as cffi builds them from _declarations.py."""
     prefix = library_prefix()
     binding_dir = prefix / "python"
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
@@ -56,6 +58,7 @@ def native():
         )
     _load_cxx_runtime_first()
     spec = importlib.util.spec_from_file_location(MODULE_NAME, candidate)
+    assert spec is not None and spec.loader is not None   # an extension module's suffix always has a loader
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)

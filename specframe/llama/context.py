@@ -82,7 +82,7 @@ class Batch:
         if self._batch is not None:
             for i, own in enumerate(self._own_seq_ids):
                 self._batch.seq_id[i] = own
-            self.tokens = self.positions = self.outputs = self.seqs = self._seqs_buffer = None
+            del self.tokens, self.positions, self.outputs, self.seqs, self._seqs_buffer   # views of freed memory
             self._lib.llama_batch_free(self._batch)
             self._batch = None
 

@@ -213,7 +213,7 @@ class Scheduler:
                 messages = [("system", system), *messages]
             text = model.apply_chat_template([("system" if r == "developer" else r, t) for r, t in messages])
         else:
-            text = job.prompt
+            text = job.prompt or ""
         tokens = engine.vocab.tokenize(text, add_special=True, parse_special=True)
         if tokens.size == 0:
             raise _Refusal(400, f"{field_name}: the prompt is empty", field_name)

@@ -67,7 +67,8 @@ class Server(uvicorn.Server):
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
         # Said once connections are accepted: a bound socket refuses them until uvicorn listens on it.
-        log.info("listening on http://%s:%d (%d slots; OpenAI API under /v1)", *self.address, self.settings.slots)
+        host, port = self.address or (self.config.host, self.config.port)
+        log.info("listening on http://%s:%d (%d slots; OpenAI API under /v1)", host, port, self.settings.slots)
 
     def serve_forever(self) -> None:
         """Listen until stopped; raise the reason when the engine failed (or could not save at the end)."""

@@ -21,6 +21,7 @@ import pathlib
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from specframe.drafting.chain import InvalidDraft, valid_draft
 from specframe.drafting.protocol import Drafter, DrafterEnv, begin_request, begin_takes_sampling
 from specframe.plugins import _check_drafter_class
 from specframe.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from specframe.llama import Model
 
 TOKENIZER_SIZES = (151936, 32000)   # Qwen2 / Qwen2.5 and Llama 2 / Mistral vocabularies
 N_MAX_CHOICES = (1, 2, 3, 5, 8, 16, 48)
@@ -70,7 +74,8 @@ def fake_env(n_vocab: int = 32000, *, n_ctx: int = 4096, config_dir: str | pathl
              vocab_type: str = "bpe", bos: int = 1, eos: int = 2) -> DrafterEnv:
     """A ``DrafterEnv`` whose target is a fake vocabulary of ``n_vocab`` ids: enough to create and run a drafter
     that needs no model."""
-    return DrafterEnv(target=FakeTarget(FakeVocab(n_vocab, vocab_type=vocab_type, bos=bos, eos=eos)),
+    target = FakeTarget(FakeVocab(n_vocab, vocab_type=vocab_type, bos=bos, eos=eos))
+    return DrafterEnv(target=cast("Model", target),   # it has what a drafter without a model reads of one
                       n_ctx=n_ctx, n_threads=1, n_gpu_layers=0,
                       config_dir=pathlib.Path(config_dir) if config_dir is not None else pathlib.Path.cwd())
 
@@ -103,8 +108,9 @@ class _SetAside(Exception):
     """The drafter did what the chain sets a drafter aside for: this run of it stops."""
 
 
-def check_drafter(cls: type, params=None, *, env: DrafterEnv | None = None, learns_across_requests: bool = False,
-                  short: int = 1000, long: int = 20000, factor: float = 10.0, seed: int = 0) -> DrafterReport:
+def check_drafter(cls: type[Drafter], params=None, *, env: DrafterEnv | None = None,
+                  learns_across_requests: bool = False, short: int = 1000, long: int = 20000, factor: float = 10.0,
+                  seed: int = 0) -> DrafterReport:
     """Run drafter class ``cls`` (with ``params``, by default its ``Params()``) through the protocol and report
     what a user of it would trip on.
 
@@ -129,14 +135,14 @@ def check_drafter(cls: type, params=None, *, env: DrafterEnv | None = None, lear
     return report
 
 
-def assert_drafter_ok(cls: type, params=None, **options) -> DrafterReport:
+def assert_drafter_ok(cls: type[Drafter], params=None, **options) -> DrafterReport:
     """``check_drafter``, failing the calling test with the report when it found a problem."""
     report = check_drafter(cls, params, **options)
     assert report.ok, str(report)
     return report
 
 
-def _default_params(cls: type):
+def _default_params(cls: type[Drafter]):
     try:
         return cls.Params()
     except TypeError as exc:
@@ -146,7 +152,7 @@ def _default_params(cls: type):
 class _Run:
     """The checks of one drafter class in one environment."""
 
-    def __init__(self, cls: type, params, env: DrafterEnv, report: DrafterReport, rng: np.random.Generator):
+    def __init__(self, cls: type[Drafter], params, env: DrafterEnv, report: DrafterReport, rng: np.random.Generator):
         self.cls, self.params, self.env, self.report, self.rng = cls, params, env, report, rng
         self.n_vocab = env.target.vocab.n_tokens
         self.where = f"(n_vocab {self.n_vocab})"
@@ -272,7 +278,7 @@ class _Run:
         """Median draft() time around ``long`` history tokens against around ``short``; measured twice before
         blaming the drafter, so that one burst of load on the machine does not."""
         tokens = synthetic_history(self.rng, self.n_vocab, long + 200)
-        for attempt in range(2):
+        for _attempt in range(2):
             medians = {}
             for length in (short, long):
                 drafter = self._create()

@@ -72,8 +72,7 @@ def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Eng
     if diverged is None:
         return LosslessVerdict(n, None, None, tie)
     margin = plain.margins[diverged]
-    replayed = (margin >= tie and engine is not None and speculative.passes is not None
-                and _replay_chooses(engine, speculative, diverged))
+    replayed = margin >= tie and engine is not None and _replay_chooses(engine, speculative, diverged)
     return LosslessVerdict(n, diverged, margin, tie, replayed)
 
 
@@ -84,7 +83,9 @@ def _replay_chooses(engine: "Engine", run: GenerationResult, index: int) -> bool
     entries are cut back after each pass. True when that chooses the run's token at ``index``. A row of a pass
     depends on the tokens before it in its own sequence and on the pass's shape, not on the values of later rows
     or other sequences' tokens, so this is the run's arithmetic without its drafts: a wrong rollback or
-    acceptance differs."""
+    acceptance differs. False when the run was not traced."""
+    if run.passes is None or run.prompt is None:
+        return False
     sequence = np.concatenate([run.prompt, np.asarray(run.tokens[:index + 1], dtype=np.int32)])
     context = engine.context
     context.clear()
