@@ -18,7 +18,8 @@ A pass may verify several sequences' drafts at once (a server's slots). Its cost
 it and how llama.cpp splits them, so a sequence's draft is weighed by the rate of the whole pass (``PassShare``):
 the tokens the rest of the pass is expected to yield plus this draft's, over the seconds of the whole pass.
 Sequences choose in turn, each seeing what those before it chose: a draft is worth its tokens only while it does not
-slow the others down by more than it brings. A pass over one sequence shares nothing, and the rate is that sequence's own.
+slow the others down by more than it brings. A pass over one sequence shares nothing, and the rate is that
+sequence's own.
 """
 
 from __future__ import annotations
