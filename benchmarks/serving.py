@@ -131,7 +131,7 @@ def running(name: str, command: list[str], port: int, log: pathlib.Path) -> Iter
 
 
 def specframe_command(config_path: pathlib.Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "specframe.cli", "serve", "-c", str(config_path), "--host", "127.0.0.1",
+    return [sys.executable, "-m", "specframe.cli", "serve", "--config", str(config_path), "--host", "127.0.0.1",
             "--port", str(port), "--slots", str(SLOTS)]
 
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import logging
+import os
 import sys
-import typing
 
 import click
 
-from specframe.config import GenerationConfig, ServerConfig
 from specframe.errors import SpecframeError, printable
 from specframe.files import atomic_write, output_problem, read_text
 from specframe.interruption import signals_interrupt
 from specframe.llama.quantize import QUANT_TYPES
-from specframe.params import describe, within_bounds
-from specframe.sampling import SamplingParams
+from specframe.overrides import DrafterTables, Override, environment_overrides, layered, parse_set, parse_value
 
 
 class _OneLineErrors(click.Group):
@@ -35,22 +33,87 @@ class _OneLineErrors(click.Group):
                 ctx.exit(signals.exit_code)
 
 
-class _ConfigField(click.ParamType):
-    """A command-line override of a config field: the type and bounds the config file accepts for it."""
+# llama.cpp's flags, each setting one config key: (declarations, key, help). Errors name a flag by its first
+# declaration. Model paths are taken as given, other values as TOML values (as --set takes them).
+_MODEL_FLAGS = (
+    (("-m", "--model"), "target.model", "Target model: catalog name or GGUF path (--config is then optional)."),
+    (("-c", "--ctx-size"), "target.n_ctx", "Target context size in tokens."),
+    (("-t", "--threads"), "target.threads", "CPU threads (0: all cores)."),
+    (("-ngl", "--gpu-layers", "--n-gpu-layers"), "target.n_gpu_layers", "Target layers on the GPU (-1: all)."),
+    (("-md", "--model-draft"), "drafter.draft-model.model",
+     "Draft model: catalog name or GGUF path (adds a draft-model drafter when the config has none)."),
+    (("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), "drafter.draft-model.n_gpu_layers",
+     "Draft model layers on the GPU (-1: all)."),
+    (("--draft-max",), "speculative.n_max", "Most drafted tokens verified per step."),
+    (("--draft-min",), "speculative.n_min", "Drafts shorter than this are dropped."),
+    (("--draft-p-min",), "drafter.draft-model.p_min", "The draft model stops when its top token is less likely."),
+)
+_GENERATION_FLAGS = (
+    (("-n", "--max-tokens", "--n-predict"), "generation.max_tokens", "Most tokens to generate."),
+    (("--temp", "--temperature"), "sampling.temperature", "Sampling temperature (0: greedy)."),
+    (("-s", "--seed"), "sampling.seed", "Sampling seed."),
+)
+_SERVER_FLAGS = (
+    (("--host",), "server.host", "Address to listen on (default 127.0.0.1)."),
+    (("--port",), "server.port", "Port (default 8080; 0: any free port)."),
+    (("--slots",), "server.slots", "Requests decoded together (default 4)."),
+    (("--api-key",), "server.api_key", "Clients must send 'Authorization: Bearer KEY'."),
+)
 
-    def __init__(self, cls, name: str):
-        self.type = typing.get_type_hints(cls)[name]
-        self.metadata = next(f for f in dataclasses.fields(cls) if f.name == name).metadata
-        self.name = describe(self.type, self.metadata)
 
-    def convert(self, value, param, ctx):
-        try:
-            number = self.type(value)
-        except (TypeError, ValueError):
-            number = None
-        if number is None or not within_bounds(number, self.metadata):
-            self.fail(f"expected {self.name}, got {value!r}", param, ctx)
-        return number
+def _config_options(*flag_groups):
+    """The options of a command that loads a config: --config, llama.cpp's flags (``_MODEL_FLAGS`` and
+    ``flag_groups``), --spec-type and --set. The command gets the loaded ``config``: the file (if any), then
+    SPECFRAME_* variables, then the flags, checked as one."""
+    flags = [flag for group in (_MODEL_FLAGS, *flag_groups) for flag in group]
+    options = [
+        click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                     help="TOML config file (optional with -m: defaults for the rest)."),
+        *[click.option(*declarations, f"flag_{i}", metavar="MODEL" if key.endswith(".model") else "VALUE",
+                       help=f"{help} [{key}]") for i, (declarations, key, help) in enumerate(flags)],
+        click.option("--spec-type", metavar="TYPE[,TYPE...]",
+                     help="The drafters: one of each type, with default parameters (replaces the config's)."),
+        click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
+                     help="Set any config value, e.g. target.n_ctx=2048 or drafter.ngram-simple.n=8 (a TOML value; "
+                          "repeatable). Precedence: these flags, then SPECFRAME_SECTION__KEY variables, then the "
+                          "file."),
+    ]
+
+    def decorate(command):
+        @functools.wraps(command)
+        def with_config(*args, config_path, spec_type, settings, **kwargs):
+            from specframe.config import load_config
+
+            given = []
+            if spec_type is not None:
+                given.append(DrafterTables(tuple(t.strip() for t in spec_type.split(",")), True,
+                                           f"--spec-type {spec_type}"))
+            for i, (declarations, key, _) in enumerate(flags):
+                text = kwargs.pop(f"flag_{i}")
+                if text is None:
+                    continue
+                _check_not_a_config_file(declarations[0], text)
+                origin = f"{declarations[0]} {text}"
+                if key == "drafter.draft-model.model":
+                    given.append(DrafterTables(("draft-model",), False, origin))
+                given.append(Override(key, text if key.endswith(".model") else parse_value(text), origin))
+            given += [parse_set(text) for text in settings]
+            overrides = layered(given, environment_overrides())
+            if config_path is None and not any(getattr(o, "key", None) == "target.model" for o in overrides):
+                raise click.UsageError("give a config file (--config FILE) or a target model (-m MODEL)")
+            return command(*args, config=load_config(config_path, overrides=overrides), **kwargs)
+
+        for option in reversed(options):
+            with_config = option(with_config)
+        return with_config
+
+    return decorate
+
+
+def _check_not_a_config_file(flag: str, text: str) -> None:
+    """``-c config.toml`` was the config file before -c became llama.cpp's context size: say so."""
+    if flag == "-c" and not text.strip().isdigit() and os.path.isfile(text):
+        raise click.UsageError(f"-c is the context size (as in llama.cpp); give the config file with --config {text}")
 
 
 class _OutputFile(click.ParamType):
@@ -77,18 +140,14 @@ def main(verbose: bool) -> None:
 
 
 @main.command()
-@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="TOML config file.")
 @click.option("-p", "--prompt", help="The prompt.")
 @click.option("-f", "--prompt-file", type=click.Path(dir_okay=False), help="Read the prompt from a UTF-8 file.")
-@click.option("-n", "--max-tokens", type=_ConfigField(GenerationConfig, "max_tokens"), help="Most tokens to generate.")
-@click.option("-t", "--temperature", type=_ConfigField(SamplingParams, "temperature"), help="0 = greedy.")
-@click.option("-s", "--seed", type=_ConfigField(SamplingParams, "seed"), help="Sampling seed.")
+@_config_options(_GENERATION_FLAGS)
 @click.option("--no-spec", is_flag=True, help="Decode plainly with the same target (the baseline).")
 @click.option("--raw", is_flag=True, help="Send the prompt as it is, without the model's chat template.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, tokens, stats) at the end.")
 @click.pass_obj
-def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec, raw, as_json):
+def run(signals, config, prompt, prompt_file, no_spec, raw, as_json):
     """Generate an answer: text on stdout, statistics on stderr."""
     from specframe.engine import Engine
     from specframe.stats_text import format_stats
@@ -96,10 +155,9 @@ def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed
     if (prompt is None) == (prompt_file is None):
         raise click.UsageError("give exactly one of --prompt TEXT or --prompt-file FILE")
     text = prompt if prompt is not None else read_text(prompt_file)
-    engine = Engine.from_config(config_path)
+    engine = Engine(config)
     try:
-        generation = engine.stream(text, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                                   speculative=not no_spec, raw=raw)
+        generation = engine.stream(text, speculative=not no_spec, raw=raw)
         printed = []
         try:
             for piece in generation:
@@ -123,25 +181,19 @@ def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed
 
 
 @main.command()
-@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="TOML config file: the same as run's, plus a [server] table.")
-@click.option("--host", type=_ConfigField(ServerConfig, "host"), help="Address to listen on (default 127.0.0.1).")
-@click.option("--port", type=_ConfigField(ServerConfig, "port"), help="Port (default 8080; 0: any free port).")
-@click.option("--slots", type=_ConfigField(ServerConfig, "slots"), help="Requests decoded together (default 4).")
-@click.option("--api-key", type=_ConfigField(ServerConfig, "api_key"),
-              help="Clients must send 'Authorization: Bearer KEY'.")
-def serve(config_path, host, port, slots, api_key):
-    """Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models), /health and /metrics."""
-    from specframe.config import load_config
+@_config_options(_SERVER_FLAGS, _GENERATION_FLAGS)
+def serve(config):
+    """Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models), /health and /metrics.
+
+    The config is run's, plus a [server] table; -n, --temp and -s are the defaults of requests."""
     from specframe.serve.server import serve as run_server
 
     logging.getLogger("specframe.serve").setLevel(logging.INFO)
-    run_server(load_config(config_path), host=host, port=port, slots=slots, api_key=api_key)
+    run_server(config)
 
 
 @main.command()
-@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="TOML config file: its target and drafters are measured.")
+@_config_options()
 @click.option("-w", "--workload", "workload_specs", multiple=True, metavar="NAME|FILE",
               help="A built-in workload (code-editing, quoting, code-generation, open-prose) or a prompt file; "
                    "repeatable (default: all built-in ones).")
@@ -150,17 +202,14 @@ def serve(config_path, host, port, slots, api_key):
 @click.option("-n", "--max-tokens", type=click.IntRange(min=1), help="Token budget of every workload.")
 @click.option("--json", "json_out", type=_OutputFile(), help="Write the rows as JSON to this file.")
 @click.option("--plot", "plot_out", type=_OutputFile(), help="Draw the speedups into this PNG.")
-def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
+def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out):
     """Plain decoding vs each drafter, the chain and the oracle, greedy, on the config's target."""
     from tqdm import tqdm
 
     from specframe.bench.presentation import format_table, plot
     from specframe.bench.runner import run_bench, strategies
     from specframe.bench.workloads import workloads
-    from specframe.config import load_config
-
     chosen = workloads(workload_specs, max_tokens)
-    config = load_config(config_path)
     with tqdm(total=len(chosen) * len(strategies(config)) * repeat, unit="run", file=sys.stderr) as bar:
         def progress(label):
             bar.set_postfix_str(label)
@@ -169,7 +218,7 @@ def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
         rows = run_bench(config, chosen, repeat, progress)
     click.echo(format_table(rows))
     if json_out:
-        atomic_write(json_out, json.dumps({"config": str(config_path), "repeat": repeat,
+        atomic_write(json_out, json.dumps({"config": config.source, "repeat": repeat,
                                            "rows": [r.as_dict() for r in rows]}, indent=2).encode())
     if plot_out:
         plot(rows, plot_out)
@@ -177,15 +226,14 @@ def bench(config_path, workload_specs, repeat, max_tokens, json_out, plot_out):
 
 
 @main.command()
-@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="TOML config file: its target, threads and n_max.")
+@_config_options()
 @click.option("--reset", is_flag=True, help="Forget the stored table and measure it again.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def calibrate(config_path, reset, as_json):
+def calibrate(config, reset, as_json):
     """Show the target's pass-cost table (what a verification pass costs by size), measuring it when needed."""
     from specframe.engine import Engine
 
-    with Engine.from_config(config_path) as engine:
+    with Engine(config) as engine:
         cost = engine.calibrate(reset=reset)
         table = cost.measured
         if as_json:
@@ -303,8 +351,6 @@ def ngram():
               help="Comma-separated n-gram sizes to count (the drafter's static cache reads 2-grams).")
 def ngram_build(corpus, model, output, sizes):
     """Count n-grams of text files into a static cache."""
-    import os
-
     from tqdm import tqdm
 
     from specframe.llama import Model

@@ -11,14 +11,16 @@ import os
 import pathlib
 import sys
 from dataclasses import dataclass
+from typing import Sequence
 
 from specframe.drafting.chain import ARBITRATIONS
 from specframe.errors import ConfigError, ParamError, SpecframeError
 from specframe.files import file_problem, read_text
+from specframe.overrides import Layer, apply_overrides
 from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, param
 from specframe.plugins import DrafterType, Plugins, load_plugins
 from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
-from specframe.validation import Where, build_dataclass
+from specframe.validation import NO_FILE, Where, build_dataclass
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -87,7 +89,8 @@ class DrafterConfig:
 
 @dataclass(frozen=True)
 class Config:
-    path: pathlib.Path
+    path: pathlib.Path | None        # None: no config file
+    directory: pathlib.Path          # relative paths are from here: the file's folder, else the current directory
     target: TargetConfig
     sampling: SamplingParams
     speculative: SpeculativeConfig
@@ -95,15 +98,18 @@ class Config:
     server: ServerConfig
     plugins: PluginsConfig
     drafters: tuple[DrafterConfig, ...]
+    overrides: tuple[Layer, ...] = ()   # what was set over the file: load_config(path, overrides=...) again
+    origins: tuple[tuple[str, str], ...] = ()   # (key, the flag or variable that set it), for errors
 
     @property
-    def directory(self) -> pathlib.Path:
-        return self.path.parent
+    def source(self) -> str:
+        """How messages name the config: its file, or that there is none."""
+        return str(self.path) if self.path is not None else NO_FILE
 
     def drafter_error(self, drafter: DrafterConfig, error: ParamError) -> ConfigError:
         """A drafter's complaint about one of its parameters, located in this file as the loader reports it."""
         section = drafter_section(self.drafters.index(drafter), drafter.type)
-        return ConfigError(Where(self.path).at(f"{section}.{error.key}", error.problem))
+        return ConfigError(Where(self.path, self.directory, dict(self.origins)).at(f"{section}.{error.key}", error.problem))
 
     def ordered_drafters(self) -> list[DrafterConfig]:
         """The chain's priority order: [speculative] order, else draftless drafters first (config order kept)."""
@@ -117,19 +123,16 @@ _SECTIONS = {"target": TargetConfig, "sampling": SamplingParams, "speculative": 
              "generation": GenerationConfig, "server": ServerConfig, "plugins": PluginsConfig}
 
 
-def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Config:
-    """Read and validate a config file. Drafter parameters are checked against the drafter types of the plugins
-    it names (loaded here unless ``plugins`` is given); each drafter keeps its type, and the config no plugins."""
-    path = pathlib.Path(path).expanduser().resolve()
-    if file_problem(path) == "not found":
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        data = tomllib.loads(read_text(path))
-    except SpecframeError as exc:
-        raise ConfigError(str(exc)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    where = Where(path)
+def load_config(path: str | os.PathLike | None, plugins: Plugins | None = None,
+                overrides: Sequence[Layer] = ()) -> Config:
+    """Read and validate a config file (None: none, every value from ``overrides`` or the defaults), with
+    ``overrides`` applied in order over the file's values before they are checked (``overrides.layered`` orders
+    flags and variables). Drafter parameters are checked against the drafter types of the plugins it names (loaded
+    here unless ``plugins`` is given); each drafter keeps its type, and the config no plugins."""
+    data, path = ({}, None) if path is None else _read(path)
+    directory = path.parent if path is not None else pathlib.Path.cwd()
+    data, origins = apply_overrides(data, overrides, _SECTIONS)
+    where = Where(path, directory, _origin_keys(data, origins))
     unknown = set(data) - set(_SECTIONS) - {"drafter"}
     if unknown:
         raise ConfigError(where.at(sorted(unknown)[0], f"unknown section; expected one of "
@@ -162,8 +165,42 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
                                                                    f"of {', '.join(names) or '(no drafters)'}"))
     if speculative.order and sorted(speculative.order) != sorted(names):
         raise ConfigError(where.at("speculative.order", f"must list every drafter once: {', '.join(names)}"))
-    return Config(path, target, sections["sampling"], speculative, sections["generation"], sections["server"],
-                  sections["plugins"], tuple(drafters))
+    return Config(path, directory, target, sections["sampling"], speculative, sections["generation"],
+                  sections["server"], sections["plugins"], tuple(drafters), tuple(overrides),
+                  tuple(where.origins.items()))
+
+
+def _read(path: str | os.PathLike) -> tuple[dict, pathlib.Path]:
+    path = pathlib.Path(path).expanduser().resolve()
+    if file_problem(path) == "not found":
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        return tomllib.loads(read_text(path)), path
+    except SpecframeError as exc:
+        raise ConfigError(str(exc)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _origin_keys(data: dict, origins) -> dict[str, str]:
+    """What each override set, under the names the checks give keys: ``target.n_ctx``, ``drafter[0].type``,
+    ``drafter[0] (type 'ngram-simple').n`` (a drafter's position is known once every override is applied)."""
+    keys = {}
+    tables = data.get("drafter") if isinstance(data.get("drafter"), list) else []
+    for place, key, origin in origins:
+        if isinstance(place, str):
+            keys[f"{place}.{key}"] = origin
+            continue
+        index = next((i for i, t in enumerate(tables) if t is place), None)
+        if index is None:   # replaced by a later override
+            continue
+        if key is None:
+            keys[f"drafter[{index}]"] = origin
+        elif key in ("type", "name"):
+            keys[f"drafter[{index}].{key}"] = origin
+        else:
+            keys[f"{drafter_section(index, place.get('type'))}.{key}"] = origin
+    return keys
 
 
 def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[DrafterConfig]:
@@ -190,7 +227,7 @@ def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[Dra
         section = drafter_section(i, type_name)
         params = build_dataclass(drafter_type.cls.Params, table, where, section)
         try:
-            drafter_type.cls.check_params(params, where.path.parent)
+            drafter_type.cls.check_params(params, where.directory)
         except ParamError as exc:
             raise ConfigError(where.at(f"{section}.{exc.key}", exc.problem)) from None
         except (Exception, SystemExit) as exc:   # a plugin's own bug, reported like its parameters

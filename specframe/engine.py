@@ -28,6 +28,7 @@ from specframe.drafting.pass_cost import PassCost, PassCostStore
 from specframe.errors import SpecframeError
 from specframe.llama import Context, ContextFullError, Model, Segment, default_threads
 from specframe.models import resolve_model
+from specframe.overrides import Layer
 from specframe.results import Generation, GenerationResult, RequestStats
 from specframe.sampling import ACCEPTANCE_MODES, TokenSampler, verify
 from specframe.sequence import Sequence
@@ -65,8 +66,9 @@ class Engine:
         self._kept: list[np.ndarray] = [np.empty(0, dtype=np.int32)] * slots   # each sequence's tokens in KV
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike) -> "Engine":
-        return cls(load_config(path))
+    def from_config(cls, path: str | os.PathLike | None, overrides: Sequence_[Layer] = ()) -> "Engine":
+        """The engine of a config file (None: none) with ``overrides`` over its values (see ``load_config``)."""
+        return cls(load_config(path, overrides=overrides))
 
     @property
     def pass_cost(self) -> PassCost | None:

@@ -18,14 +18,35 @@ from specframe.models import CATALOG
 from specframe.params import describe, within_bounds
 
 
-class Where:
-    """A file whose errors name it: ``at(key, problem)`` is the one-line error."""
+NO_FILE = "(no config file)"
 
-    def __init__(self, path: pathlib.Path):
+
+class Where:
+    """Where a config's values came from, so that errors name it: ``at(key, problem)`` is the one-line error.
+
+    A key set by a flag or variable (``origins``: key -> how to name it) is blamed on that, every other on the file
+    (``path``; None when there is none). Relative paths are from ``directory``."""
+
+    def __init__(self, path: pathlib.Path | None, directory: pathlib.Path, origins: dict[str, str] | None = None):
         self.path = path
+        self.directory = directory
+        self.origins = origins or {}
 
     def at(self, key: str, problem: str) -> str:
-        return printable(f"{self.path}: {key}: {problem}")
+        return printable(f"{self.origin(key)}: {key}: {problem}")
+
+    def origin(self, key: str) -> str:
+        """What set ``key``: the most specific override that covers it, else the file."""
+        covering = self._covering(key)
+        if covering:
+            return self.origins[max(covering, key=len)]
+        return str(self.path) if self.path is not None else NO_FILE
+
+    def overridden(self, key: str) -> bool:
+        return bool(self._covering(key))
+
+    def _covering(self, key: str) -> list[str]:
+        return [k for k in self.origins if key == k or (key.startswith(k) and key[len(k)] in ".[ ")]
 
 
 def build_dataclass(cls, table: dict, where: Where, section: str):
@@ -53,10 +74,11 @@ def build_dataclass(cls, table: dict, where: Where, section: str):
         if meta.get("choices") is not None and value not in meta["choices"]:
             raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
         if meta.get("model") and value not in CATALOG:
-            problem = file_problem(where.path.parent / os.path.expanduser(value))
+            problem = file_problem(where.directory / os.path.expanduser(value))
             if problem:
-                raise ConfigError(where.at(key, f"model file {value!r} {problem} (relative paths are from the "
-                                                "config's folder); expected a GGUF path or a catalog name "
+                base = "the current directory" if where.overridden(key) else "the config's folder"
+                raise ConfigError(where.at(key, f"model file {value!r} {problem} (relative paths are from {base}); "
+                                                "expected a GGUF path or a catalog name "
                                                 "(specframe models list)"))
         values[name] = float(value) if hints[name] is float else value
     try:

@@ -44,8 +44,8 @@ def test_run_json_reports_text_tokens_and_stats(config):
 
 
 def test_run_streams_text_to_stdout_and_statistics_to_stderr(config):
-    spec = run("run", "-c", str(config), "-p", "the quick brown fox", "--raw")
-    plain = run("run", "-c", str(config), "-p", "the quick brown fox", "--raw", "--no-spec")
+    spec = run("run", "--config", str(config), "-p", "the quick brown fox", "--raw")
+    plain = run("run", "--config", str(config), "-p", "the quick brown fox", "--raw", "--no-spec")
     assert spec.exit_code == plain.exit_code == 0
     assert spec.stdout == plain.stdout                 # speculation does not change the answer
     assert "tokens/pass" in spec.stderr and "draft-model" in spec.stderr and "accepted" in spec.stderr
@@ -62,7 +62,7 @@ def test_run_notes_token_mapping_in_the_statistics(write_config, target_path, sh
         model = "{shuffled_draft_path}"
         p_min = 0.2
         """)
-    result = run("run", "-c", str(config), "-p", "the quick brown fox", "--raw", "-n", "20")
+    result = run("run", "--config", str(config), "-p", "the quick brown fox", "--raw", "-n", "20")
     assert result.exit_code == 0
     assert "(token mapping: token " in result.stderr and " differs " in result.stderr
 
@@ -72,23 +72,23 @@ def test_run_options_override_the_config(config, tmp_path):
     prompt.write_text("the quick brown fox")
 
     def tokens(*options):
-        out = run("run", "-c", str(config), "-f", str(prompt), "--raw", "--json", "-n", "5", *options)
+        out = run("run", "--config", str(config), "-f", str(prompt), "--raw", "--json", "-n", "5", *options)
         return tuple(json.loads(out.stdout)["tokens"])
 
-    greedy = tokens("-t", "0")
-    sampled = {seed: tokens("-t", "0.8", "-s", str(seed)) for seed in (3, 4, 5)}
+    greedy = tokens("--temp", "0")
+    sampled = {seed: tokens("--temp", "0.8", "-s", str(seed)) for seed in (3, 4, 5)}
     assert len(greedy) == 5 and all(len(t) == 5 for t in sampled.values())      # -n
-    assert tokens("-t", "0.8", "-s", "3") == sampled[3]                          # -s makes sampling repeatable
+    assert tokens("--temp", "0.8", "-s", "3") == sampled[3]                          # -s makes sampling repeatable
     assert len(set(sampled.values())) > 1                                        # ... and is not ignored
-    assert any(t != greedy for t in sampled.values())                            # -t is not ignored
+    assert any(t != greedy for t in sampled.values())                            # --temp is not ignored
 
 
 def test_errors_are_one_line(config, write_config):
     bad = write_config('[target]\nmodel = "x.gguf"\n', name="bad.toml")
-    result = run("run", "-c", str(bad), "-p", "hi")
+    result = run("run", "--config", str(bad), "-p", "hi")
     assert result.exit_code == 1
     assert result.stderr.strip().count("\n") == 0 and "target.model" in result.stderr
-    both = run("run", "-c", str(config), "-p", "hi", "-f", str(bad))
+    both = run("run", "--config", str(config), "-p", "hi", "-f", str(bad))
     assert both.exit_code == 2 and "exactly one of --prompt" in both.stderr
 
 
@@ -115,7 +115,7 @@ def test_a_missing_library_is_one_line_that_says_how_to_build_it(config, tmp_pat
     import sys
 
     env = dict(os.environ, SPECFRAME_LLAMA_PREFIX=str(tmp_path / "no-build"))
-    result = subprocess.run([sys.executable, "-m", "specframe.cli", "run", "-c", str(config), "-p", "hi"],
+    result = subprocess.run([sys.executable, "-m", "specframe.cli", "run", "--config", str(config), "-p", "hi"],
                             env=env, capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "./build_llama.sh" in result.stderr
@@ -147,7 +147,7 @@ def test_bench_measures_every_strategy_against_plain_and_the_oracle(config, tmp_
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     prompt = tmp_path / "mine.txt"
     prompt.write_text("the quick brown fox jumps over the lazy dog, the quick brown fox")
-    result = run("bench", "-c", str(config), "-w", "code-generation", "-w", str(prompt), "-n", "24", "-r", "2",
+    result = run("bench", "--config", str(config), "-w", "code-generation", "-w", str(prompt), "-n", "24", "-r", "2",
                  "--json", str(out), "--plot", str(png))
     assert result.exit_code == 0, result.output
     header = result.stdout.splitlines()[0].split()
@@ -170,7 +170,7 @@ def test_bench_measures_every_strategy_against_plain_and_the_oracle(config, tmp_
 
 
 def test_bench_names_an_unknown_workload(config):
-    result = CliRunner().invoke(main, ["bench", "-c", str(config), "-w", "nonsense"])
+    result = CliRunner().invoke(main, ["bench", "--config", str(config), "-w", "nonsense"])
     assert result.exit_code != 0 and "workload 'nonsense': neither a built-in workload" in result.output
 
 

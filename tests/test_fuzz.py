@@ -185,7 +185,7 @@ def load_and_run(path, outcomes: list) -> None:
     event("loaded")
     if not fits_this_machine(config) or len(outcomes) >= 12 * SCALE:   # a few runs per test: each loads models
         return
-    outcome = assert_result_or_one_line(cli("run", "-c", path, "-p", "the quick brown fox", "--raw", "-n", "6"))
+    outcome = assert_result_or_one_line(cli("run", "--config", path, "-p", "the quick brown fox", "--raw", "-n", "6"))
     outcomes.append(outcome)
     event(f"run: {outcome}")
 

@@ -83,11 +83,11 @@ def test_nan_and_infinity_are_refused_in_the_config(config_with, key, value):
     assert f"sampling.{key}: expected a number in [" in message
 
 
-@pytest.mark.parametrize("option,value", [("-t", "nan"), ("-t", "inf"), ("-t", "-1"), ("-n", "10000000000000"),
-                                          ("-n", "0"), ("-s", "-1")])
+@pytest.mark.parametrize("option,value", [("--temp", "nan"), ("--temp", "inf"), ("--temp", "-1"),
+                                          ("-n", "10000000000000"), ("-n", "0"), ("-s", "-1"), ("-t", "0.5")])
 def test_nan_infinity_and_out_of_range_numbers_are_refused_on_the_command_line(config_with, option, value):
-    result = run("run", "-c", config_with(), "-p", "hi", option, value)
-    one_line_error(result, "Invalid value", f"got {value!r}")
+    result = run("run", "--config", config_with(), "-p", "hi", option, value)
+    one_line_error(result, f"{option} {value}: ", f"got {value}")
 
 
 def numeric_fields(cls):
@@ -168,7 +168,7 @@ def test_a_binary_prompt_file_is_one_line(config_with, tmp_path):
     noise = tmp_path / "noise.bin"
     noise.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
     for path in (str(noise), sys.executable):
-        one_line_error(run("run", "-c", config_with(), "-f", path), path, "not UTF-8 text")
+        one_line_error(run("run", "--config", config_with(), "-f", path), path, "not UTF-8 text")
 
 
 def test_model_paths_that_cannot_be_files_are_one_line(config_with, tmp_path):
@@ -196,7 +196,7 @@ def test_a_model_llama_cpp_cannot_load_is_one_line_without_its_log(config_with, 
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
     config = _with_model(config_with, str(broken))
-    command = [sys.executable, "-m", "specframe.cli", "run", "-c", config, "-p", "hi"]
+    command = [sys.executable, "-m", "specframe.cli", "run", "--config", config, "-p", "hi"]
     quiet = subprocess.run(command, capture_output=True, text=True)
     assert quiet.returncode == 1 and quiet.stderr.count("\n") == 1, quiet.stderr     # a real process's stderr
     assert quiet.stderr.startswith("Error: llama.cpp could not load") and "broken.gguf" in quiet.stderr
@@ -242,7 +242,7 @@ def test_a_broken_config_plugin_is_a_config_error_naming_the_file(config_with, t
     path = config_with(f'[plugins]\nmodules = ["{name}"]')
     message = config_error(path)
     assert f"plugins.modules: cannot load plugin module '{name}' ({expected}" in message
-    one_line_error(run("run", "-c", path, "-p", "hi"), "plugins.modules", expected)
+    one_line_error(run("run", "--config", path, "-p", "hi"), "plugins.modules", expected)
 
 
 def test_help_texts_cover_every_option():

@@ -112,7 +112,7 @@ def test_a_failed_save_ends_the_run_with_an_error_after_the_text(dynamic_config,
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(NgramCache, "save", disk_full)
-    result = run("run", "-c", str(dynamic_config()), "-p", PROMPTS[0], "--raw")
+    result = run("run", "--config", str(dynamic_config()), "-p", PROMPTS[0], "--raw")
     assert result.exit_code == 1
     assert result.stdout.strip() and "stop: max_tokens" in result.stderr
     assert result.stderr.count("No space left on device") == 1           # reported once, as the error
@@ -123,8 +123,8 @@ def test_a_failed_save_ends_the_run_with_an_error_after_the_text(dynamic_config,
 @pytest.mark.parametrize("command", [
     ["ngram", "build", "CORPUS", "--model", "MODEL", "-o", "/nonexistent/x.ngc"],
     ["ngram", "merge", "CORPUS", "-o", "/nonexistent/x.ngc"],
-    ["bench", "-c", "CONFIG", "-n", "2", "--json", "/nonexistent/x.json"],
-    ["bench", "-c", "CONFIG", "-n", "2", "--plot", "/nonexistent/x.png"],
+    ["bench", "--config", "CONFIG", "-n", "2", "--json", "/nonexistent/x.json"],
+    ["bench", "--config", "CONFIG", "-n", "2", "--plot", "/nonexistent/x.png"],
     ["ngram", "build", "CORPUS", "--model", "MODEL", "-o", "FOLDER"],
 ])
 def test_output_paths_are_checked_before_the_work(command, tmp_path, target_path, dynamic_config, monkeypatch):

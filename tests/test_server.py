@@ -411,7 +411,7 @@ dynamic = "dynamic.ngc"
 save_dynamic = true
 """)
     process = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), str(MAX_SECONDS), "serve",
-                                "-c", str(tmp_path / "config.toml"), "--port", "0", "--slots", "2"],
+                                "--config", str(tmp_path / "config.toml"), "--port", "0", "--slots", "2"],
                                stderr=subprocess.PIPE, text=True)
     try:
         log = []
@@ -452,5 +452,5 @@ def test_serve_refuses_bad_options_in_one_line(one_slot_config):
 
     from specframe.cli import main
 
-    result = CliRunner().invoke(main, ["serve", "-c", str(one_slot_config), "--port", "70000"])
-    assert result.exit_code == 2 and "expected an integer in [0, 65535]" in result.output
+    result = CliRunner().invoke(main, ["serve", "--config", str(one_slot_config), "--port", "70000"])
+    assert result.exit_code == 1 and "--port 70000: server.port: expected an integer in [0, 65535]" in result.output

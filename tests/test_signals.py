@@ -80,7 +80,7 @@ def setup(tmp_path, target_path):
 def specframe_run(folder, env, stage: str, signame: str) -> subprocess.CompletedProcess:
     target, nth = stage.rsplit(":", 1)
     return subprocess.run([sys.executable, str(folder / "runner.py"), target, nth, signame,
-                           "run", "-c", str(folder / "config.toml"), "-p", PROMPT, "--raw"],
+                           "run", "--config", str(folder / "config.toml"), "-p", PROMPT, "--raw"],
                           capture_output=True, env=env, timeout=300)
 
 

@@ -61,7 +61,7 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
     processes: dict[str, StrategyProcess] = {}
     try:
         for name in names:
-            processes[name] = StrategyProcess(config.path, name)
+            processes[name] = StrategyProcess(config, name)
             processes[name].call("ready")
         table = processes[ORACLE].call("pass_cost")
         rows = []
@@ -88,11 +88,11 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
 class StrategyProcess:
     """One strategy's engine in a process of its own, driven by calls over a pipe."""
 
-    def __init__(self, config_path, strategy: str):
+    def __init__(self, config: Config, strategy: str):
         context = multiprocessing.get_context("spawn")     # a clean process: no inherited libllama state
         self.strategy = strategy
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, str(config_path), strategy), daemon=True)
+        self._process = context.Process(target=_serve, args=(child, config.path, config.overrides, strategy), daemon=True)
         self._process.start()
         child.close()
 
@@ -117,10 +117,11 @@ class StrategyProcess:
             self._process.terminate()
 
 
-def _serve(conn, config_path: str, strategy: str) -> None:
-    """The strategy process: build the engine, warm it up, then answer calls until told to close."""
+def _serve(conn, config_path, overrides, strategy: str) -> None:
+    """The strategy process: build the engine (the config loaded again, with the same overrides), warm it up, then
+    answer calls until told to close."""
     try:
-        engine = Engine.from_config(config_path)
+        engine = Engine.from_config(config_path, overrides)
         engine.generate("warm up", max_tokens=4, speculative=False)
         if strategy != PLAIN and engine.pass_cost is not None:
             engine.calibrate()       # measured (or loaded) now, while no other strategy runs

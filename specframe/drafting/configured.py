@@ -35,7 +35,7 @@ class ConfiguredDrafters:
         if names is not None:
             unknown = set(names) - {d.name for d in self.config.drafters}
             if unknown:
-                raise SpecframeError(f"no drafter named {', '.join(sorted(unknown))} in {self.config.path}")
+                raise SpecframeError(f"no drafter named {', '.join(sorted(unknown))} in {self.config.source}")
         made = [self._entries(d) for d in self.config.ordered_drafters() if names is None or d.name in names]
         entries = [slots[slot] for slots in made if slots is not None]
         return self._new_chain(entries) if entries else None

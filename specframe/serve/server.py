@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import pathlib
-from dataclasses import replace
 
 import uvicorn
 from fastapi import FastAPI
@@ -81,7 +80,6 @@ class Server(uvicorn.Server):
                 raise SpecframeError(self.scheduler.failure)
 
 
-def serve(config: Config, **overrides) -> None:
-    """Serve ``config`` with [server] settings overridden by the non-None ``overrides`` (host, port, ...)."""
-    settings = replace(config.server, **{k: v for k, v in overrides.items() if v is not None})
-    Server(replace(config, server=settings)).serve_forever()
+def serve(config: Config) -> None:
+    """Serve ``config`` until stopped."""
+    Server(config).serve_forever()
