@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import typing
 
 import click
 
@@ -14,7 +15,7 @@ from specframe.errors import SpecframeError, printable
 from specframe.files import atomic_write, output_problem, read_text
 from specframe.interruption import signals_interrupt
 from specframe.llama.quantize import QUANT_TYPES
-from specframe.overrides import DrafterTables, Override, environment_overrides, layered, parse_set, parse_value
+from specframe.overrides import DrafterTables, Layer, Override, environment_overrides, layered, parse_set, parse_value
 
 
 class _OneLineErrors(click.Group):
@@ -84,7 +85,7 @@ def _config_options(*flag_groups):
         def with_config(*args, config_path, spec_type, settings, **kwargs):
             from specframe.config import load_config
 
-            given = []
+            given: list[Layer] = []
             if spec_type is not None:
                 given.append(DrafterTables(tuple(t.strip() for t in spec_type.split(",")), True,
                                            f"--spec-type {spec_type}"))

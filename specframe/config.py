@@ -109,7 +109,8 @@ class Config:
     def drafter_error(self, drafter: DrafterConfig, error: ParamError) -> ConfigError:
         """A drafter's complaint about one of its parameters, located in this file as the loader reports it."""
         section = drafter_section(self.drafters.index(drafter), drafter.type)
-        return ConfigError(Where(self.path, self.directory, dict(self.origins)).at(f"{section}.{error.key}", error.problem))
+        where = Where(self.path, self.directory, dict(self.origins))
+        return ConfigError(where.at(f"{section}.{error.key}", error.problem))
 
     def ordered_drafters(self) -> list[DrafterConfig]:
         """The chain's priority order: [speculative] order, else draftless drafters first (config order kept)."""
@@ -186,7 +187,8 @@ def _origin_keys(data: dict, origins) -> dict[str, str]:
     """What each override set, under the names the checks give keys: ``target.n_ctx``, ``drafter[0].type``,
     ``drafter[0] (type 'ngram-simple').n`` (a drafter's position is known once every override is applied)."""
     keys = {}
-    tables = data.get("drafter") if isinstance(data.get("drafter"), list) else []
+    drafters = data.get("drafter")
+    tables = drafters if isinstance(drafters, list) else []
     for place, key, origin in origins:
         if isinstance(place, str):
             keys[f"{place}.{key}"] = origin

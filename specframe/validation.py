@@ -17,7 +17,6 @@ from specframe.files import file_problem
 from specframe.models import CATALOG
 from specframe.params import describe, within_bounds
 
-
 NO_FILE = "(no config file)"
 
 

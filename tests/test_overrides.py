@@ -231,7 +231,8 @@ def test_bad_overrides_are_one_line_naming_the_flag_or_variable(config, args, en
 
 def test_without_a_config_file_or_a_model_and_with_c_given_a_file(config):
     missing = cli("run", "-p", "hi")
-    assert missing.exit_code == 2 and "give a config file (--config FILE) or a target model (-m MODEL)" in missing.stderr
+    assert missing.exit_code == 2
+    assert "give a config file (--config FILE) or a target model (-m MODEL)" in missing.stderr
     old = cli("run", "-c", str(config), "-p", "hi")
     assert old.exit_code == 2 and f"-c is the context size (as in llama.cpp); give the config file with --config " \
                                   f"{config}" in old.stderr

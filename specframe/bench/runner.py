@@ -92,7 +92,8 @@ class StrategyProcess:
         context = multiprocessing.get_context("spawn")     # a clean process: no inherited libllama state
         self.strategy = strategy
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, config.path, config.overrides, strategy), daemon=True)
+        self._process = context.Process(target=_serve, args=(child, config.path, config.overrides, strategy),
+                                        daemon=True)
         self._process.start()
         child.close()
 
