@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from specframe.drafting.chain import ARBITRATIONS
 from specframe.errors import ConfigError, ParamError, SpecframeError
 from specframe.files import file_problem, read_text
-from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, param
+from specframe.model_settings import ModelSettings
+from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, param
 from specframe.plugins import DrafterType, Plugins, load_plugins
 from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
 from specframe.validation import Where, build_dataclass
@@ -27,12 +28,10 @@ else:  # pragma: no cover
 
 
 @dataclass(frozen=True)
-class TargetConfig:
+class TargetConfig(ModelSettings):
     model: str = param(help="catalog name (specframe models list) or path to a GGUF file", model=True)
     n_ctx: int = param(4096, min=16, max=INT32_MAX, help="context size in tokens")
     n_batch: int = param(512, min=1, max=INT32_MAX, help="largest batch fed to llama_decode at once")
-    n_gpu_layers: int = param(0, min=-1, max=INT32_MAX, help="layers to offload to the GPU (-1: all)")
-    threads: int = param(0, min=0, max=MAX_THREADS, help="CPU threads (0: all cores; at most 4 per core)")
 
 
 @dataclass(frozen=True)
@@ -146,8 +145,8 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
         drafter_types = (plugins or load_plugins(sections["plugins"].modules)).drafter_types()
     except ConfigError as exc:
         raise ConfigError(where.at("plugins.modules", str(exc))) from None
-    drafters = _drafters(data.get("drafter", []), drafter_types, where)
     speculative, target = sections["speculative"], sections["target"]
+    drafters = _drafters(data.get("drafter", []), drafter_types, where, target)
     batch = min(target.n_batch, target.n_ctx)   # llama.cpp never batches more tokens than the context holds
     if speculative.enabled and speculative.n_max + 1 > batch:
         limit = (f"[target] n_batch = {target.n_batch}" if target.n_batch <= target.n_ctx else
@@ -166,7 +165,7 @@ def load_config(path: str | os.PathLike, plugins: Plugins | None = None) -> Conf
                   sections["plugins"], tuple(drafters))
 
 
-def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[DrafterConfig]:
+def _drafters(tables, types: dict[str, DrafterType], where: "Where", target: TargetConfig) -> list[DrafterConfig]:
     if not isinstance(tables, list):
         raise ConfigError(where.at("drafter", "expected an array of tables ([[drafter]])"))
     drafters, seen = [], set()
@@ -188,6 +187,8 @@ def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[Dra
                                                       f"got {name!r}"))
         seen.add(name)
         section = drafter_section(i, type_name)
+        if issubclass(drafter_type.cls.Params, ModelSettings):   # what a drafter's model leaves out: the target's
+            table = {**target.settings_table(), **table}
         params = build_dataclass(drafter_type.cls.Params, table, where, section)
         try:
             drafter_type.cls.check_params(params, where.path.parent)
