@@ -75,7 +75,7 @@ class _DraftModel:
             notes.append(f"token mapping: {reason or 'as configured'}")
         self.note = "; ".join(notes) or None
         n_ctx = params.n_ctx or (2 * env.n_ctx if self.mapped else env.n_ctx)
-        self.context = Context(self.model, n_ctx=n_ctx, n_seq_max=n_slots, settings=settings)
+        self.context = Context(self.model, n_ctx=n_ctx, n_seq_max=n_slots)
 
     def close(self) -> None:
         self.context.close()
