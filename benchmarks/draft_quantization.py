@@ -21,6 +21,7 @@ from specframe.bench.workloads import workloads
 from specframe.config import load_config
 from specframe.engine import Engine
 from specframe.llama import Context, Model, default_threads
+from specframe.model_settings import ModelSettings
 from specframe.models import resolve_model
 from specframe.requantized import requantized
 
@@ -29,8 +30,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def pass_times(path: pathlib.Path, threads: int) -> tuple[float, float]:
     """Median seconds of a single-token pass and of a 16-token pass (logits at every position)."""
-    with Model(path) as model:
-        context = Context(model, n_ctx=1024, n_threads=threads)
+    with Model(path, ModelSettings(threads=threads)) as model:
+        context = Context(model, n_ctx=1024)
         depth = 400
         context.decode(np.arange(1000, 1000 + depth, dtype=np.int32), 0)
         singles, batches = [], []

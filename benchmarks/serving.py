@@ -151,7 +151,7 @@ def llama_server_command(binary: pathlib.Path, config: Config, port: int) -> lis
                 model = requantized(model, params.quantize)
             command += ["-md", str(model), "--spec-draft-n-max", str(min(params.n_max, speculative.n_max)),
                         "--spec-draft-n-min", str(params.n_min), "--spec-draft-p-min", str(params.p_min),
-                        "-ngld", str(t.n_gpu_layers)]
+                        "-ngld", str(params.n_gpu_layers)]
             types.insert(0, "draft-simple")
     if types:
         command += ["--spec-type", ",".join(types)]

@@ -4,7 +4,8 @@ from specframe.drafting import NO_DRAFT, Draft, Drafter, DrafterEnv
 from specframe.drafting.incremental import IncrementalDrafter
 from specframe.errors import ConfigError, ModelError, ParamError, SpecframeError
 from specframe.hookspecs import hookimpl
+from specframe.model_settings import ModelSettings
 from specframe.params import param
 
-__all__ = ["ConfigError", "Draft", "Drafter", "DrafterEnv", "IncrementalDrafter", "ModelError", "NO_DRAFT",
-           "ParamError", "SpecframeError", "hookimpl", "param"]
+__all__ = ["ConfigError", "Draft", "Drafter", "DrafterEnv", "IncrementalDrafter", "ModelError", "ModelSettings",
+           "NO_DRAFT", "ParamError", "SpecframeError", "hookimpl", "param"]

@@ -1,7 +1,8 @@
 """The target's pass-cost table in an engine: the one in hand, else the stored one, else measured now.
 
-What a pass costs belongs to the model file, the build, the machine, the threads and the batch size, so the table
-is stored under a key of those (pass_cost.py says how it is measured, checked, stored and healed). Sizes: every
+What a pass costs belongs to the model file, the build, the machine, the threads, the batch size and the other model
+settings (GPU offload, KV cache...), so the table is stored under a key of those (pass_cost.py says how it is
+measured, checked, stored and healed). Sizes: every
 pass over one sequence's ``[last, draft...]`` (1 to n_max + 1 tokens) and, when several sequences are decoded
 together, the passes over ``slots`` such full batches; a pass's cost depends on its number of tokens, not on how
 many sequences they belong to, so every size is timed as one sequence's batch.
@@ -18,6 +19,7 @@ import numpy as np
 
 from specframe.drafting.pass_cost import PassCost, PassCostStore
 from specframe.llama import Context, library_prefix
+from specframe.model_settings import ModelSettings
 from specframe.paths import cache_dir
 
 log = logging.getLogger("specframe.engine")
@@ -30,11 +32,11 @@ class Calibration:
         self.cost: PassCost | None = PassCost() if adaptive else None
 
     @staticmethod
-    def identity(model_path: str, n_threads: int, n_batch: int, n_gpu_layers: int) -> str:
+    def identity(model_path: str, n_threads: int, n_batch: int, settings: ModelSettings) -> str:
         path = pathlib.Path(model_path)
         stat = path.stat()
-        return (f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{n_threads}:{n_batch}:{n_gpu_layers}:"
-                f"{library_prefix()}")
+        return (f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{n_threads}:{n_batch}:"
+                f"{settings.settings_table()}:{library_prefix()}")
 
     @staticmethod
     def sizes(n_max: int, slots: int, room: int) -> list[int]:

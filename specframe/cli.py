@@ -268,7 +268,8 @@ def plugins(as_json, modules):
     for entry in listing:
         click.echo(f"{entry['type']}  (plugin {entry['plugin']}, package {entry['package']})")
         for parameter in entry["parameters"]:
-            default = "required" if parameter["required"] else f"default {parameter['default']!r}"
+            default = ("required" if parameter["required"] else "default: the target's" if parameter["from_target"]
+                       else f"default {parameter['default']!r}")
             click.echo(f"    {parameter['name']}: {parameter['expects']}, {default}"
                        + (f" - {parameter['help']}" if parameter["help"] else ""))
 

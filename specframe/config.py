@@ -16,8 +16,9 @@ from typing import Sequence
 from specframe.drafting.chain import ARBITRATIONS
 from specframe.errors import ConfigError, ParamError, SpecframeError
 from specframe.files import file_problem, read_text
+from specframe.model_settings import ModelSettings
 from specframe.overrides import Layer, apply_overrides
-from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, param
+from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, param
 from specframe.plugins import DrafterType, Plugins, load_plugins
 from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
 from specframe.validation import NO_FILE, Where, build_dataclass
@@ -29,12 +30,10 @@ else:  # pragma: no cover
 
 
 @dataclass(frozen=True)
-class TargetConfig:
+class TargetConfig(ModelSettings):
     model: str = param(help="catalog name (specframe models list) or path to a GGUF file", model=True)
     n_ctx: int = param(4096, min=16, max=INT32_MAX, help="context size in tokens")
     n_batch: int = param(512, min=1, max=INT32_MAX, help="largest batch fed to llama_decode at once")
-    n_gpu_layers: int = param(0, min=-1, max=INT32_MAX, help="layers to offload to the GPU (-1: all)")
-    threads: int = param(0, min=0, max=MAX_THREADS, help="CPU threads (0: all cores; at most 4 per core)")
 
 
 @dataclass(frozen=True)
@@ -109,8 +108,11 @@ class Config:
     def drafter_error(self, drafter: DrafterConfig, error: ParamError) -> ConfigError:
         """A drafter's complaint about one of its parameters, located in this file as the loader reports it."""
         section = drafter_section(self.drafters.index(drafter), drafter.type)
-        where = Where(self.path, self.directory, dict(self.origins))
-        return ConfigError(where.at(f"{section}.{error.key}", error.problem))
+        return ConfigError(self.where().at(f"{section}.{error.key}", error.problem))
+
+    def where(self) -> Where:
+        """Where this config's values came from, to name them in errors found after loading."""
+        return Where(self.path, self.directory, dict(self.origins))
 
     def ordered_drafters(self) -> list[DrafterConfig]:
         """The chain's priority order: [speculative] order, else draftless drafters first (config order kept)."""
@@ -150,8 +152,8 @@ def load_config(path: str | os.PathLike | None, plugins: Plugins | None = None,
         drafter_types = (plugins or load_plugins(sections["plugins"].modules)).drafter_types()
     except ConfigError as exc:
         raise ConfigError(where.at("plugins.modules", str(exc))) from None
-    drafters = _drafters(data.get("drafter", []), drafter_types, where)
     speculative, target = sections["speculative"], sections["target"]
+    drafters = _drafters(data.get("drafter", []), drafter_types, where, target)
     batch = min(target.n_batch, target.n_ctx)   # llama.cpp never batches more tokens than the context holds
     if speculative.enabled and speculative.n_max + 1 > batch:
         limit = (f"[target] n_batch = {target.n_batch}" if target.n_batch <= target.n_ctx else
@@ -205,7 +207,7 @@ def _origin_keys(data: dict, origins) -> dict[str, str]:
     return keys
 
 
-def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[DrafterConfig]:
+def _drafters(tables, types: dict[str, DrafterType], where: "Where", target: TargetConfig) -> list[DrafterConfig]:
     if not isinstance(tables, list):
         raise ConfigError(where.at("drafter", "expected an array of tables ([[drafter]])"))
     drafters, seen = [], set()
@@ -227,6 +229,8 @@ def _drafters(tables, types: dict[str, DrafterType], where: "Where") -> list[Dra
                                                       f"got {name!r}"))
         seen.add(name)
         section = drafter_section(i, type_name)
+        if issubclass(drafter_type.cls.Params, ModelSettings):   # what a drafter's model leaves out: the target's
+            table = {**target.settings_table(), **table}
         params = build_dataclass(drafter_type.cls.Params, table, where, section)
         try:
             drafter_type.cls.check_params(params, where.directory)

@@ -25,8 +25,8 @@ from specframe.drafting import NO_DRAFT, Drafter, DrafterChain, DrafterEnv
 from specframe.drafting.configured import ConfiguredDrafters
 from specframe.drafting.gain import PassShare
 from specframe.drafting.pass_cost import PassCost, PassCostStore
-from specframe.errors import SpecframeError
-from specframe.llama import Context, ContextFullError, Model, Segment, default_threads
+from specframe.errors import ConfigError, ParamError, SpecframeError
+from specframe.llama import Context, ContextFullError, Model, Segment
 from specframe.models import resolve_model
 from specframe.overrides import Layer
 from specframe.results import Generation, GenerationResult, RequestStats
@@ -50,13 +50,15 @@ class Engine:
         self.config = config
         self.slots = slots
         t = config.target
-        self.n_threads = t.threads or default_threads()
-        self.model = Model(resolve_model(t.model, config.directory), n_gpu_layers=t.n_gpu_layers)
-        self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_threads=self.n_threads,
-                               n_seq_max=slots)
+        try:
+            self.model = Model(resolve_model(t.model, config.directory), t)
+            self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_seq_max=slots)
+        except ParamError as exc:   # a setting this build cannot honour (a GPU it does not have)
+            raise ConfigError(config.where().at(f"target.{exc.key}", exc.problem)) from None
+        self.n_threads = self.context.n_threads
         self.vocab = self.model.vocab
         self.calibration = Calibration(self.context, Calibration.identity(self.model.path, self.n_threads,
-                                                                          t.n_batch, t.n_gpu_layers),
+                                                                          t.n_batch, t),
                                        config.speculative.adaptive)
         env = DrafterEnv(target=self.model, n_ctx=self.context.n_ctx, n_threads=self.n_threads,
                          n_gpu_layers=t.n_gpu_layers, config_dir=config.directory,

@@ -20,8 +20,8 @@ class ModelError(SpecframeError):
 
 
 class ParamError(SpecframeError):
-    """A drafter cannot honour one of its parameters; the config loader or the engine reports it as a
-    ConfigError naming the file and the drafter's key."""
+    """A setting cannot be honoured: a drafter's parameter, or a model setting (a GPU the build does not have);
+    the config loader or the engine reports it as a ConfigError naming the file and the key."""
 
     def __init__(self, key: str, problem: str):
         super().__init__(f"{key}: {problem}")

@@ -8,6 +8,7 @@ table or a loop must fit in memory and time.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 import typing
@@ -28,6 +29,13 @@ def param(default=dataclasses.MISSING, *, help: str = "", min=None, max=None, ch
     return field(default=default, metadata=metadata)
 
 
+def config_fields(cls) -> list[dataclasses.Field]:
+    """A config dataclass's fields as its keys are listed: its own first, then those it inherits (the model
+    settings of a target or a draft model)."""
+    own = inspect.get_annotations(cls)
+    return sorted(dataclasses.fields(cls), key=lambda f: f.name not in own)
+
+
 def within_bounds(value: int | float, metadata) -> bool:
     """Whether a number lies within the field's bounds; NaN never does, nor does infinity."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -40,8 +48,12 @@ def describe(annotation, metadata) -> str:
     """What a field expects, in words: its type, bounds and choices ("an integer in [1, 64]")."""
     origin = typing.get_origin(annotation) or annotation
     names = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-             list: "a list of non-empty strings", dict: "a table of strings with non-empty keys"}
-    text = names.get(origin, getattr(origin, "__name__", str(origin)))
+             dict: "a table of strings with non-empty keys"}
+    if origin is list:
+        (item,) = typing.get_args(annotation) or (str,)
+        text = "a list of " + {float: "numbers", int: "integers"}.get(item, "non-empty strings")
+    else:
+        text = names.get(origin, getattr(origin, "__name__", str(origin)))
     low, high = metadata.get("min"), metadata.get("max")
     if low is not None and high is not None:
         text += f" in [{low}, {high}]"

@@ -27,7 +27,8 @@ import pluggy
 from specframe import hookspecs
 from specframe.drafting.protocol import Drafter, signature_problem
 from specframe.errors import ConfigError
-from specframe.params import describe
+from specframe.model_settings import ModelSettings
+from specframe.params import config_fields, describe
 
 log = logging.getLogger("specframe.plugins")
 
@@ -59,12 +60,15 @@ class DrafterType:
         """The drafter type as ``specframe plugins`` lists it: origin, summary and each config key."""
         params = []
         hints = typing.get_type_hints(self.cls.Params)
-        for f in dataclasses.fields(self.cls.Params):
+        from_target = ({f.name for f in dataclasses.fields(ModelSettings)}
+                       if issubclass(self.cls.Params, ModelSettings) else set())
+        for f in config_fields(self.cls.Params):
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             default = (f.default if f.default is not dataclasses.MISSING
                        else f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
             meta = f.metadata
             params.append({"name": f.name, "type": _type_name(f.type), "default": default, "required": required,
+                           "from_target": f.name in from_target,
                            "min": meta.get("min"), "max": meta.get("max"), "choices": meta.get("choices"),
                            "expects": describe(hints[f.name], meta), "help": meta.get("help", "")})
         return {"type": self.name, "plugin": self.plugin, "package": self.package,

@@ -12,10 +12,10 @@ import os
 import pathlib
 import typing
 
-from specframe.errors import ConfigError, printable
+from specframe.errors import ConfigError, ParamError, printable
 from specframe.files import file_problem
 from specframe.models import CATALOG
-from specframe.params import describe, within_bounds
+from specframe.params import config_fields, describe, within_bounds
 
 NO_FILE = "(no config file)"
 
@@ -50,7 +50,7 @@ class Where:
 
 def build_dataclass(cls, table: dict, where: Where, section: str):
     """Instantiate ``cls`` from a TOML table, checking unknown keys, types, bounds, choices and model files."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in config_fields(cls)}
     hints = typing.get_type_hints(cls)
     for key in table:
         if key not in fields:
@@ -82,6 +82,8 @@ def build_dataclass(cls, table: dict, where: Where, section: str):
         values[name] = float(value) if hints[name] is float else value
     try:
         return cls(**values)
+    except ParamError as exc:   # a check across keys, in the dataclass's __post_init__
+        raise ConfigError(where.at(f"{section}.{exc.key}", exc.problem)) from None
     except (ValueError, TypeError) as exc:
         raise ConfigError(where.at(section, str(exc))) from None
 

@@ -21,6 +21,7 @@ it is the probability over the whole vocabulary, which is what p_min means (slig
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,8 @@ from specframe.errors import ModelError
 from specframe.hookspecs import hookimpl
 from specframe.llama import Context, Model
 from specframe.llama.quantize import QUANT_TYPES
-from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, MAX_THREADS, param
+from specframe.model_settings import ModelSettings
+from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, param
 from specframe.requantized import requantized
 from specframe.sampling import SamplingParams, TokenSampler
 
@@ -39,7 +41,9 @@ DRAFT_STREAM = 1   # the draft's own random stream (the target samples from stre
 
 
 @dataclass(frozen=True)
-class DraftModelParams:
+class DraftModelParams(ModelSettings):
+    """Its own keys, then the model settings (threads, GPU, KV cache...), which default to the target's."""
+
     model: str = param(help="catalog name or GGUF path of the draft model", model=True)
     n_max: int = param(16, min=1, max=MAX_DRAFT_TOKENS, help="longest draft")
     n_min: int = param(0, min=0, max=MAX_DRAFT_TOKENS, help="drafts shorter than this are dropped")
@@ -52,9 +56,6 @@ class DraftModelParams:
     quantize: str = param("none", choices=("none", *QUANT_TYPES),
                           help="re-quantize the draft into this type first (made once, cached): on x86 CPUs q4_0 "
                                "and iq4_nl run fastest; the output stays the target's")
-    threads: int = param(0, min=0, max=MAX_THREADS, help="threads for single-token passes (0: the target's)")
-    threads_batch: int = param(0, min=0, max=MAX_THREADS,
-                               help="threads for passes over several tokens: catching up (0: threads)")
 
 
 class _DraftModel:
@@ -65,7 +66,8 @@ class _DraftModel:
         notes = [f"re-quantized to {params.quantize}"] if params.quantize != "none" else []
         if params.quantize != "none":
             path = requantized(path, params.quantize)
-        self.model = Model(path, n_gpu_layers=env.n_gpu_layers)
+        settings = dataclasses.replace(params, threads=params.threads or env.n_threads)   # 0: the target's
+        self.model = Model(path, settings)
         reason = env.target.vocab.incompatibility(self.model.vocab)
         if reason and params.token_mapping == "never":
             self.model.close()
@@ -76,9 +78,7 @@ class _DraftModel:
             notes.append(f"token mapping: {reason or 'as configured'}")
         self.note = "; ".join(notes) or None
         n_ctx = params.n_ctx or (2 * env.n_ctx if self.mapped else env.n_ctx)
-        threads = params.threads or env.n_threads
-        self.context = Context(self.model, n_ctx=n_ctx, n_threads=threads,
-                               n_threads_batch=params.threads_batch or threads, n_seq_max=n_slots)
+        self.context = Context(self.model, n_ctx=n_ctx, n_seq_max=n_slots)
 
     def close(self) -> None:
         self.context.close()

@@ -2,7 +2,7 @@
 
 from specframe.llama._native import LlamaLibraryError, library_prefix, native
 from specframe.llama.context import Batch, Context, ContextFullError, DecodeError, Segment, default_threads
-from specframe.llama.model import Model, Vocab
+from specframe.llama.model import Model, Vocab, offload_devices
 
 
 def system_info() -> str:
@@ -12,5 +12,5 @@ def system_info() -> str:
 
 __all__ = [
     "Batch", "Context", "ContextFullError", "DecodeError", "LlamaLibraryError", "Model", "Segment", "Vocab",
-    "default_threads", "library_prefix", "native", "system_info",
+    "default_threads", "library_prefix", "native", "offload_devices", "system_info",
 ]

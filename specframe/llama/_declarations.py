@@ -17,6 +17,22 @@ struct llama_context;
 struct llama_vocab;
 typedef struct llama_memory_i * llama_memory_t;
 
+typedef struct ggml_backend_device * ggml_backend_dev_t;
+typedef struct ggml_backend_buffer_type * ggml_backend_buffer_type_t;
+enum ggml_backend_dev_type { GGML_BACKEND_DEVICE_TYPE_CPU, GGML_BACKEND_DEVICE_TYPE_GPU, ... };
+
+enum ggml_type {
+    GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+    GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, ...
+};
+enum llama_flash_attn_type {
+    LLAMA_FLASH_ATTN_TYPE_AUTO, LLAMA_FLASH_ATTN_TYPE_DISABLED, LLAMA_FLASH_ATTN_TYPE_ENABLED, ...
+};
+enum llama_split_mode { LLAMA_SPLIT_MODE_NONE, LLAMA_SPLIT_MODE_LAYER, LLAMA_SPLIT_MODE_ROW, ... };
+enum llama_load_mode {
+    LLAMA_LOAD_MODE_AUTO, LLAMA_LOAD_MODE_NONE, LLAMA_LOAD_MODE_MLOCK, LLAMA_LOAD_MODE_MMAP_MLOCK, ...
+};
+
 enum llama_vocab_type {
     LLAMA_VOCAB_TYPE_NONE, LLAMA_VOCAB_TYPE_SPM, LLAMA_VOCAB_TYPE_BPE, LLAMA_VOCAB_TYPE_WPM,
     LLAMA_VOCAB_TYPE_UGM, LLAMA_VOCAB_TYPE_RWKV, LLAMA_VOCAB_TYPE_PLAMO2, ...
@@ -39,8 +55,20 @@ typedef struct llama_batch {
     ...;
 } llama_batch;
 
+struct llama_model_tensor_buft_override {
+    const char * pattern;
+    ggml_backend_buffer_type_t buft;
+    ...;
+};
+
 struct llama_model_params {
+    ggml_backend_dev_t * devices;
+    const struct llama_model_tensor_buft_override * tensor_buft_overrides;
     int32_t n_gpu_layers;
+    enum llama_split_mode split_mode;
+    enum llama_load_mode load_mode;
+    int32_t main_gpu;
+    const float * tensor_split;
     bool vocab_only;
     bool use_extra_bufts;
     ...;
@@ -53,6 +81,9 @@ struct llama_context_params {
     uint32_t n_seq_max;
     int32_t n_threads;
     int32_t n_threads_batch;
+    enum llama_flash_attn_type flash_attn_type;
+    enum ggml_type type_k;
+    enum ggml_type type_v;
     bool no_perf;
     ...;
 };
@@ -79,6 +110,14 @@ typedef struct llama_chat_message {
 void llama_backend_init(void);
 const char * llama_print_system_info(void);
 void llama_log_set(ggml_log_callback log_callback, void * user_data);
+size_t llama_max_devices(void);
+
+size_t ggml_backend_dev_count(void);
+ggml_backend_dev_t ggml_backend_dev_get(size_t index);
+const char * ggml_backend_dev_name(ggml_backend_dev_t device);
+const char * ggml_backend_dev_description(ggml_backend_dev_t device);
+enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
+ggml_backend_buffer_type_t ggml_backend_cpu_buffer_type(void);
 
 struct llama_model_params llama_model_default_params(void);
 struct llama_context_params llama_context_default_params(void);
@@ -95,6 +134,9 @@ struct llama_context * llama_init_from_model(struct llama_model * model, struct 
 void llama_free(struct llama_context * ctx);
 uint32_t llama_n_ctx(const struct llama_context * ctx);
 uint32_t llama_n_batch(const struct llama_context * ctx);
+uint32_t llama_n_ubatch(const struct llama_context * ctx);
+int32_t llama_n_threads(struct llama_context * ctx);
+int32_t llama_n_threads_batch(struct llama_context * ctx);
 
 llama_memory_t llama_get_memory(const struct llama_context * ctx);
 void llama_memory_clear(llama_memory_t mem, bool data);

@@ -25,7 +25,7 @@ def build(prefix: pathlib.Path) -> pathlib.Path:
         '#include "llama.h"\n',
         include_dirs=[str(prefix / "include")],
         library_dirs=[str(prefix / "lib")],
-        libraries=["llama"],
+        libraries=["llama", "ggml", "ggml-base"],   # ggml's device registry and CPU buffer type, called directly
         # Relative to the binding itself (prefix/python), so the whole prefix can move.
         extra_link_args=["-Wl,-rpath," + ("@loader_path/../lib" if sys.platform == "darwin" else "$ORIGIN/../lib")],
     )

@@ -9,8 +9,9 @@ import numpy as np
 
 from specframe.errors import SpecframeError
 from specframe.llama._handle import Handle
-from specframe.llama._native import raise_pending_interrupt
+from specframe.llama._native import native, raise_pending_interrupt
 from specframe.llama.model import Model
+from specframe.model_settings import ModelSettings
 
 
 class ContextFullError(SpecframeError):
@@ -26,6 +27,28 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS
         return max(1, os.cpu_count() or 1)
+
+
+_FLASH_ATTN = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
+               "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
+
+
+def context_params(settings: ModelSettings, *, n_ctx: int, n_batch: int, n_seq_max: int):
+    """libllama's context parameters: ``n_ctx`` tokens for each of ``n_seq_max`` sequences, with ``settings``'
+    threads (0: all cores), KV cache types, Flash Attention and physical batch (0: ``n_batch``)."""
+    _, lib = native()
+    params = lib.llama_context_default_params()
+    params.n_ctx = n_ctx * n_seq_max
+    params.n_batch = n_batch
+    params.n_ubatch = settings.n_ubatch or n_batch    # larger than n_batch: llama.cpp takes n_batch
+    params.n_seq_max = n_seq_max
+    params.n_threads = settings.threads or default_threads()
+    params.n_threads_batch = settings.threads_batch or params.n_threads
+    params.type_k = getattr(lib, f"GGML_TYPE_{settings.type_k.upper()}")
+    params.type_v = getattr(lib, f"GGML_TYPE_{settings.type_v.upper()}")
+    params.flash_attn_type = getattr(lib, _FLASH_ATTN[settings.flash_attn])
+    params.no_perf = True
+    return params
 
 
 @dataclass(frozen=True)
@@ -97,10 +120,10 @@ class Context(Handle):
 
     _what = "context"
 
-    def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_threads: int | None = None,
-                 n_threads_batch: int | None = None, n_seq_max: int = 1):
-        """``n_ctx`` is per sequence; ``n_threads`` evaluate single tokens, ``n_threads_batch`` (default: the
-        same) every batch of more than one token, as llama.cpp uses them.
+    def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_seq_max: int = 1,
+                 settings: ModelSettings | None = None):
+        """``n_ctx`` is per sequence; ``settings`` (default: the model's) gives the threads, the KV cache types,
+        Flash Attention and the physical batch size.
 
         Each sequence has a KV buffer of its own, so a sequence's logits do not depend on what the others hold
         (a shared buffer makes attention sum over every sequence's cells, masked, and changes its rounding).
@@ -108,25 +131,21 @@ class Context(Handle):
         sequence verifying 16 drafted tokens beside three verifying one in two: 4 x 1 tokens, then 15."""
         self._ffi, self._lib = model._ffi, model._lib
         self.model = model
-        threads = n_threads or default_threads()
-        params = self._lib.llama_context_default_params()
-        params.n_ctx = n_ctx * n_seq_max
-        params.n_batch = n_batch
-        params.n_ubatch = n_batch
-        params.n_seq_max = n_seq_max
-        params.n_threads = threads
-        params.n_threads_batch = n_threads_batch or threads
-        params.no_perf = True
+        params = context_params(settings or model.settings, n_ctx=n_ctx, n_batch=n_batch, n_seq_max=n_seq_max)
         handle = self._lib.llama_init_from_model(model.handle, params)
         if handle == self._ffi.NULL:
             raise_pending_interrupt()
             raise SpecframeError(f"llama.cpp could not create a context of {n_seq_max} x {n_ctx} tokens for "
-                                 f"{model.path} (out of memory? try a smaller n_ctx)")
+                                 f"{model.path} (out of memory? try a smaller n_ctx; run with --verbose to see "
+                                 "llama.cpp's reason)")
         self._handle = handle
         self._memory = self._lib.llama_get_memory(handle)
         self.n_seq_max = n_seq_max
         self.n_ctx: int = self._lib.llama_n_ctx(handle) // n_seq_max   # llama.cpp rounds it up (to 256)
         self.n_batch: int = self._lib.llama_n_batch(handle)
+        self.n_ubatch: int = self._lib.llama_n_ubatch(handle)
+        self.n_threads: int = self._lib.llama_n_threads(handle)
+        self.n_threads_batch: int = self._lib.llama_n_threads_batch(handle)
         self.n_vocab: int = model.vocab.n_tokens
         self._batch = Batch(model, self.n_batch)
         model._register_context(self)

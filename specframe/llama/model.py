@@ -8,12 +8,92 @@ from typing import Sequence
 
 import numpy as np
 
-from specframe.errors import ModelError
+from specframe.errors import ModelError, ParamError
 from specframe.files import file_problem
 from specframe.llama._handle import Handle
 from specframe.llama._native import native, raise_pending_interrupt
+from specframe.model_settings import NO_DEVICE, ModelSettings
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
+# llama.cpp's -cmoe / -ncmoe: the expert weights of MoE layers (LLM_FFN_EXPS_REGEX in its common/common.h).
+_EXPERTS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+_LOAD_MODES = {(True, False): "LLAMA_LOAD_MODE_AUTO", (True, True): "LLAMA_LOAD_MODE_MMAP_MLOCK",
+               (False, False): "LLAMA_LOAD_MODE_NONE", (False, True): "LLAMA_LOAD_MODE_MLOCK"}   # (mmap, mlock)
+
+
+def offload_devices() -> dict[str, str]:
+    """The devices of this build a model can be offloaded to (every one but the CPU): name -> description."""
+    ffi, lib = native()
+    return {name: ffi.string(lib.ggml_backend_dev_description(device)).decode()
+            for name, device in _offload_devices().items()}
+
+
+def _offload_devices() -> dict:
+    """name -> ggml device, as llama.cpp's --device takes them (ggml's registry, less the CPU)."""
+    ffi, lib = native()
+    devices = (lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count()))
+    return {ffi.string(lib.ggml_backend_dev_name(d)).decode(): d for d in devices
+            if lib.ggml_backend_dev_type(d) != lib.GGML_BACKEND_DEVICE_TYPE_CPU}
+
+
+def expert_patterns(settings: ModelSettings) -> list[str]:
+    """The tensor name patterns whose weights ``cpu_moe`` / ``n_cpu_moe`` keep on the CPU."""
+    patterns = [_EXPERTS] if settings.cpu_moe else []
+    if settings.n_cpu_moe:
+        patterns.append(r"blk\.(" + "|".join(map(str, range(settings.n_cpu_moe))) + ")" + _EXPERTS)
+    return patterns
+
+
+def model_params(settings: ModelSettings, vocab_only: bool = False) -> tuple[object, list]:
+    """libllama's model parameters for ``settings``, and the C arrays they point into (keep them as long as the
+    model). Raises ParamError naming the key of a setting this build cannot honour."""
+    ffi, lib = native()
+    params = lib.llama_model_default_params()
+    keep: list = []
+    params.n_gpu_layers = settings.n_gpu_layers
+    params.split_mode = getattr(lib, f"LLAMA_SPLIT_MODE_{settings.split_mode.upper()}")
+    params.main_gpu = settings.main_gpu
+    params.load_mode = getattr(lib, _LOAD_MODES[settings.use_mmap, settings.use_mlock])
+    params.use_extra_bufts = settings.use_extra_bufts
+    params.vocab_only = vocab_only
+    if settings.tensor_split:
+        width = lib.llama_max_devices()
+        if len(settings.tensor_split) > width:
+            raise ParamError("tensor_split", f"this build splits over at most {width} devices, got "
+                                             f"{len(settings.tensor_split)} shares")
+        shares = ffi.new("float[]", width)
+        shares[0:len(settings.tensor_split)] = [float(x) for x in settings.tensor_split]
+        params.tensor_split = shares
+        keep.append(shares)
+    if settings.device:
+        params.devices = _devices(settings.device, keep)
+    patterns = expert_patterns(settings)
+    if patterns:
+        overrides = ffi.new("struct llama_model_tensor_buft_override[]", len(patterns) + 1)  # ends with {NULL, NULL}
+        cpu = lib.ggml_backend_cpu_buffer_type()   # the one llama.cpp's loader compares with: CPU, extra bufts too
+        for entry, pattern in zip(overrides, patterns):
+            keep.append(ffi.new("char[]", pattern.encode()))
+            entry.pattern, entry.buft = keep[-1], cpu
+        params.tensor_buft_overrides = overrides
+        keep.append(overrides)
+    return params, keep
+
+
+def _devices(names: list[str], keep: list):
+    """A NULL-terminated array of the named offload devices (["none"]: none at all)."""
+    ffi, _ = native()
+    by_name = _offload_devices()
+    chosen = [] if names == [NO_DEVICE] else names
+    for name in chosen:
+        if name not in by_name:
+            available = ", ".join(f"{n} ({d})" for n, d in offload_devices().items()) or "none (a CPU-only build)"
+            raise ParamError("device", f"{name!r} is not a GPU of this libllama build; available: {available}; "
+                                       f"or \"{NO_DEVICE}\" for the CPU alone")
+    array = ffi.new("ggml_backend_dev_t[]", [by_name[n] for n in chosen] + [ffi.NULL])
+    keep.append(array)
+    return array
 
 
 class Model(Handle):
@@ -21,17 +101,16 @@ class Model(Handle):
 
     _what = "model"
 
-    def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = 0, vocab_only: bool = False,
-                 use_extra_bufts: bool = True):
+    def __init__(self, path: str | os.PathLike, settings: ModelSettings | None = None, *, vocab_only: bool = False):
+        """``settings``: how libllama loads it (GPU offload, loading, MoE experts) and, by default, runs its
+        contexts (threads, KV cache)."""
         self._ffi, self._lib = native()
         self.path = os.fspath(path)
+        self.settings = settings or ModelSettings()
         problem = file_problem(self.path)
         if problem:
             raise ModelError(f"model file {self.path}: {problem}")
-        params = self._lib.llama_model_default_params()
-        params.n_gpu_layers = n_gpu_layers
-        params.vocab_only = vocab_only
-        params.use_extra_bufts = use_extra_bufts
+        params, self._params_memory = model_params(self.settings, vocab_only)   # libllama keeps pointers into it
         handle = self._lib.llama_model_load_from_file(self.path.encode(), params)
         if handle == self._ffi.NULL:
             raise_pending_interrupt()

@@ -27,6 +27,8 @@ class SyntheticShape:
     n_head_kv: int = 2
     n_ff: int = 128
     n_ctx: int = 2048
+    n_expert: int = 0          # > 0: a mixture of experts, each layer's feed-forward split into n_expert of them
+    n_expert_used: int = 2
 
 
 def synthetic_vocab() -> tuple[list[str], list[float], list[int]]:
@@ -79,6 +81,9 @@ def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: floa
     writer.add_head_count_kv(s.n_head_kv)
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
+    if s.n_expert:
+        writer.add_expert_count(s.n_expert)
+        writer.add_expert_used_count(s.n_expert_used)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if quantize else gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
@@ -106,6 +111,12 @@ def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: floa
         add(f"blk.{i}.attn_v.weight", weight(s.n_head_kv * head_dim, s.n_embd, scale=inv))
         add(f"blk.{i}.attn_output.weight", weight(s.n_embd, s.n_embd, scale=inv))
         add(f"blk.{i}.ffn_norm.weight", np.ones(s.n_embd, dtype=np.float32))
+        if s.n_expert:   # the tensors llama.cpp's --cpu-moe keeps on the CPU: blk.N.ffn_{gate,up,down}_exps
+            add(f"blk.{i}.ffn_gate_inp.weight", weight(s.n_expert, s.n_embd, scale=inv))
+            add(f"blk.{i}.ffn_gate_exps.weight", weight(s.n_expert, s.n_ff, s.n_embd, scale=inv))
+            add(f"blk.{i}.ffn_up_exps.weight", weight(s.n_expert, s.n_ff, s.n_embd, scale=inv))
+            add(f"blk.{i}.ffn_down_exps.weight", weight(s.n_expert, s.n_embd, s.n_ff, scale=1.0 / np.sqrt(s.n_ff)))
+            continue
         add(f"blk.{i}.ffn_gate.weight", weight(s.n_ff, s.n_embd, scale=inv))
         add(f"blk.{i}.ffn_up.weight", weight(s.n_ff, s.n_embd, scale=inv))
         add(f"blk.{i}.ffn_down.weight", weight(s.n_embd, s.n_ff, scale=1.0 / np.sqrt(s.n_ff)))
