@@ -126,3 +126,21 @@ def test_the_lossless_check_replays_the_passes_a_request_shared(engines, togethe
     wrong = (plain.tokens[index] + 1) % engine.vocab.n_tokens
     forged = dataclasses.replace(batched[1], tokens=plain.tokens[:index] + [wrong] + plain.tokens[index + 1:])
     assert "a real difference" in str(compare(plain, forged, engine))
+
+
+def test_a_request_interrupted_inside_a_step_leaves_its_prefix_for_the_next(engines, monkeypatch):
+    engine = engines(1)
+    prompt = engine.prompt_tokens(PROMPTS[1], raw=True)
+    verify, calls = engine._verify, []
+
+    def interrupted(*args):   # Ctrl-C after the pass wrote [last, draft...] into memory, before verification
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return verify(*args)
+
+    monkeypatch.setattr(engine, "_verify", interrupted)
+    stopped = engine.generate(prompt, max_tokens=30)
+    assert stopped.stop_reason == "interrupted" and stopped.tokens
+    follow_up = engine.prompt_tokens(PROMPTS[1] + stopped.text + " and more", raw=True)
+    assert engine.cached_prefix(0, follow_up) >= len(prompt)
