@@ -1,4 +1,4 @@
-"""The command line: ``specframe run | serve | bench | calibrate | plugins | models | ngram | new-drafter``."""
+"""The command line: ``specframe run | chat | serve | bench | calibrate | plugins | models | ngram | new-drafter``."""
 
 from __future__ import annotations
 
@@ -119,6 +119,33 @@ def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed
             engine.close()
     if result.stop_reason == "interrupted" or signals.received:
         sys.exit(signals.exit_code)
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="TOML config file.")
+@click.option("--system", help="System prompt (default: the config's [generation] system).")
+@click.option("-n", "--max-tokens", type=_ConfigField(GenerationConfig, "max_tokens"), help="Most tokens per answer.")
+@click.option("--temperature", type=_ConfigField(SamplingParams, "temperature"), help="0 = greedy.")
+@click.option("--seed", type=_ConfigField(SamplingParams, "seed"), help="Sampling seed.")
+@click.option("--no-spec", is_flag=True, help="Decode plainly with the same target.")
+@click.pass_obj
+def chat(signals, config_path, system, max_tokens, temperature, seed, no_spec):
+    """Talk with the model, keeping its memory of the conversation from turn to turn.
+
+    Commands: /exit, /clear (forget the conversation), /regen (answer the last message again), /read FILE (the
+    file's text goes with the next message). Ctrl-C stops an answer (what was printed stays in the conversation);
+    Ctrl-C at the prompt, or twice, or Ctrl-D exits."""
+    from specframe.chat import Chat
+    from specframe.engine import Engine
+
+    engine = Engine.from_config(config_path)
+    try:
+        Chat(engine, signals, engine.config.generation.system if system is None else system,
+             max_tokens=max_tokens, temperature=temperature, seed=seed, speculative=not no_spec).run()
+    finally:
+        with signals.held():   # what drafters learned is saved whole, whatever arrives meanwhile
+            engine.close()
 
 
 @main.command()
