@@ -14,7 +14,8 @@ from specframe.chat import Template
 from specframe.llama import Model
 from specframe.testing.synthetic import write_synthetic_model
 
-STATS = re.compile(r"(\d+) tokens, [\d.]+ tokens/s \| prompt: (\d+) evaluated, (\d+) reused .*?stop: (\w+)")
+STATS = re.compile(r"(\d+) tokens, [\d.]+ tokens/s \| prompt: (\d+) evaluated, (\d+) reused .*?"
+                   r"(?:drafted (\d+), accepted (\d+) .*?)?stop: (\w+)")
 # Every target pass takes 20 ms longer, so that an answer of many tokens lasts long enough to be interrupted, and
 # ending a request 1 s longer, so that a second Ctrl-C arrives while the answer stops.
 SLOW = """
@@ -76,10 +77,11 @@ def turn(child, line: str) -> tuple[str, dict]:
     """Send a message (or command); the answer as printed and its statistics, once the prompt is back."""
     child.sendline(line)
     child.expect(STATS)
-    generated, evaluated, reused, stop = child.match.groups()
+    numbers, stop = child.match.groups()[:-1], child.match.group(6)
     answer = child.before.split("\n", 1)[1]      # after the echo of the line
     prompt(child)
-    return answer, {"generated": int(generated), "evaluated": int(evaluated), "reused": int(reused), "stop": stop}
+    names = ("generated", "evaluated", "reused", "drafted", "accepted")
+    return answer, {name: int(n or 0) for name, n in zip(names, numbers)} | {"stop": stop}
 
 
 def ended(child) -> int:
@@ -98,6 +100,7 @@ def test_turns_reuse_the_memory_and_commands_work(config, tmp_path):
     again, regen = turn(child, "/regen")
     assert again == answer                                  # greedy: the same answer
     assert regen["evaluated"] == 1                          # the same prompt: all of it in memory but its last token
+    assert regen["accepted"] > second["accepted"]           # ngram-mod's pool kept the answer: drafters persist
 
     child.sendline("/read " + str(tmp_path / "missing.txt"))
     child.expect(r"error: /read: \S*missing.txt: not found")
@@ -129,7 +132,7 @@ def test_ctrl_c_stops_the_answer_and_at_the_prompt_exits(config):
     child.expect(r"\S")                  # the answer is streaming
     child.sendintr()
     child.expect(STATS)
-    generated, _, _, stop = child.match.groups()
+    generated, stop = child.match.group(1), child.match.group(6)
     assert stop == "interrupted" and int(generated) < 1000
     prompt(child)
     _, follow_up = turn(child, "go on")   # the stopped answer stays in the conversation, and in memory
