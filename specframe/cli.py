@@ -1,4 +1,4 @@
-"""The command line: ``specframe run | serve | bench | calibrate | plugins | models | ngram | new-drafter``."""
+"""The command line: ``specframe run | chat | serve | bench | calibrate | plugins | models | ngram | new-drafter``."""
 
 from __future__ import annotations
 
@@ -179,6 +179,29 @@ def run(signals, config, prompt, prompt_file, no_spec, raw, as_json):
             engine.close()
     if result.stop_reason == "interrupted" or signals.received:
         sys.exit(signals.exit_code)
+
+
+@main.command()
+@_config_options(_GENERATION_FLAGS)
+@click.option("--system", help="System prompt (default: the config's [generation] system).")
+@click.option("--no-spec", is_flag=True, help="Decode plainly with the same target.")
+@click.pass_obj
+def chat(signals, config, system, no_spec):
+    """Talk with the model, keeping its memory of the conversation from turn to turn.
+
+    Commands: /exit, /clear (forget the conversation), /regen (answer the last message again), /read FILE (the
+    file's text goes with the next message). Ctrl-C stops an answer (what was printed stays in the conversation);
+    Ctrl-C at the prompt, or twice, or Ctrl-D exits."""
+    from specframe.chat import Chat
+    from specframe.engine import Engine
+
+    engine = Engine(config)
+    try:
+        Chat(engine, signals, config.generation.system if system is None else system,
+             speculative=not no_spec).run()
+    finally:
+        with signals.held():   # what drafters learned is saved whole, whatever arrives meanwhile
+            engine.close()
 
 
 @main.command()

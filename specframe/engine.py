@@ -155,8 +155,12 @@ class Engine:
         return len(self._kept[slot])
 
     def finish(self, sequence: Sequence, reason: str | None = None) -> GenerationResult:
-        """End a request; its slot keeps the tokens in memory for the next request's prompt (``reuse``)."""
-        self._kept[sequence.seq] = sequence.history[:sequence.n_past].copy()
+        """End a request; its slot keeps its committed tokens in memory for the next request's prompt (``reuse``)
+        and nothing after them: a step interrupted before its verification leaves its draft there, and an
+        end-of-generation token that was drafted and accepted is no committed token."""
+        kept = min(sequence.n_past, sequence.n_history)
+        self.context.truncate(kept, sequence.seq)
+        self._kept[sequence.seq] = sequence.history[:kept].copy()
         return sequence.finish(reason)
 
     def _run(self, generation: Generation, sequence: Sequence) -> Generator[str, None, None]:

@@ -141,3 +141,21 @@ def test_a_pass_over_several_sequences_holds_them_in_sequence_order(engines):
     layouts = [p.layout for s in running for p in engine.finish(s).passes]
     assert any(len(layout) == 3 for layout in layouts)
     assert all([seq for seq, *_ in layout] == sorted(seq for seq, *_ in layout) for layout in layouts)
+
+
+def test_a_request_interrupted_inside_a_step_leaves_its_prefix_for_the_next(engines, monkeypatch):
+    engine = engines(1)
+    prompt = engine.prompt_tokens(PROMPTS[1], raw=True)
+    verify, calls = engine._verify, []
+
+    def interrupted(*args):   # Ctrl-C after the pass wrote [last, draft...] into memory, before verification
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return verify(*args)
+
+    monkeypatch.setattr(engine, "_verify", interrupted)
+    stopped = engine.generate(prompt, max_tokens=30)
+    assert stopped.stop_reason == "interrupted" and stopped.tokens
+    follow_up = engine.prompt_tokens(PROMPTS[1] + stopped.text + " and more", raw=True)
+    assert engine.cached_prefix(0, follow_up) >= len(prompt)

@@ -48,11 +48,12 @@ def synthetic_vocab() -> tuple[list[str], list[float], list[int]]:
 
 def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: float = 0.0, noise_seed: int = 1,
                           shape: SyntheticShape = SyntheticShape(), quantize: bool = False,
-                          shuffle_vocab: int | None = None) -> str:
+                          shuffle_vocab: int | None = None, chat_template: str | None = CHATML_TEMPLATE) -> str:
     """Write a random float32 (or Q8_0 when ``quantize``) llama model to ``path``; return the path.
 
     ``shuffle_vocab`` (a seed) gives the tokens other ids, moving their weights with them: the same model over
-    text, with a vocabulary no draft compatibility check accepts, for token mapping."""
+    text, with a vocabulary no draft compatibility check accepts, for token mapping. ``chat_template=None``
+    writes a model without one (a base model)."""
     import gguf
 
     path = os.fspath(path)
@@ -93,7 +94,8 @@ def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: floa
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(True)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
 
     def add(name: str, array: np.ndarray) -> None:
         if quantize and array.ndim == 2:
