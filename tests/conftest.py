@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny synthetic models written at test time, configs, and the real models of MODELS.md."""
+"""Shared fixtures: tiny synthetic models written at test time, configs, and the catalog's real models."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def write_config(tmp_path):
 
 
 def real_model(name: str) -> pathlib.Path:
-    """A catalog model from MODELS.md, fetched (sha256-checked) into the user cache on first use."""
+    """A catalog model (docs/models.md), fetched (sha256-checked) into the user cache on first use."""
     from specframe.models import resolve_model
 
     return resolve_model(name)
