@@ -66,7 +66,7 @@ BAD = [
     ('[target]\nmodel = "{t}"\n[speculative]\nenabled = "yes"\n', "speculative.enabled: expected true or false"),
     ('[target]\nmodel = "{t}"\n[tagret]\nx = 1\n', "tagret: unknown section; expected one of"),
     ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "eagle"\n',
-     "drafter[0].type: unknown drafter type 'eagle'; known types: cycle, draft-model, ngram-cache, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-simple, "
+     "drafter[0].type: unknown drafter type 'eagle'; known types: draft-model, ngram-cache, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-simple, "
      "prompt-lookup"),
     ('[target]\nmodel = "{t}"\n[[drafter]]\nn = 3\n', "drafter[0].type: missing; expected one of"),
     ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "ngram-simple"\nn = 0\n',
@@ -107,3 +107,4 @@ def test_mistakes_are_reported_in_one_line_with_file_key_and_expectation(write_c
 def test_a_missing_config_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(tmp_path / "absent.toml")
+
