@@ -1,4 +1,4 @@
-"""specframe serve against llama.cpp's llama-server -np 4 on this machine (DESIGN.md section 6, item 6; issue 10).
+"""specframe serve against llama.cpp's llama-server -np 4 on this machine (docs/design.md, performance method).
 
     python benchmarks/serving.py [--config config.example.toml] [--clients 1 2 4] [--requests 8]
                                  [--max-tokens N] [--peers DIR | --no-peer] [--out benchmarks/SERVING.md]

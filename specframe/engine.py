@@ -4,8 +4,9 @@ several sequences at once.
 The engine knows drafters only through the drafter chain (the drafter protocol). Each step is one target pass:
 every generating sequence adds ``[last, d1..dk]`` with logits at every position, sequences still reading their
 prompt add a chunk of it; the target's own choice at each position decides, so the output is the target's
-whatever the drafts are (DESIGN.md §3), and each sequence is verified and rolled back on its own. ``generate``
-and ``stream`` run one request as one sequence; a server (specframe.serve) steps one sequence per slot.
+whatever the drafts are (docs/design.md, verification and losslessness), and each sequence is verified and rolled
+back on its own. ``generate`` and ``stream`` run one request as one sequence; a server (specframe.serve) steps one
+sequence per slot.
 """
 
 from __future__ import annotations

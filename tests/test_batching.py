@@ -2,6 +2,7 @@
 and on the synthetic float32 model each request's greedy output is the same alone or beside three others."""
 
 import pytest
+from third_party_drafter import THIRD_PARTY
 
 from specframe.config import load_config
 from specframe.engine import Engine
@@ -11,7 +12,7 @@ PROMPTS = ["the quick brown fox jumps over the lazy dog and the quick brown fox"
            "one two three four one two three four one two",
            "alpha beta gamma delta alpha beta gamma",
            "hello world, hello world, hello"]
-CHAIN = """
+CHAIN = THIRD_PARTY + """
 [[drafter]]
 type = "prompt-lookup"
 [[drafter]]
@@ -24,7 +25,7 @@ type = "draft-model"
 model = "{draft}"
 p_min = 0.2
 [[drafter]]
-type = "cycle"
+type = "last-match"
 """
 
 
@@ -106,8 +107,8 @@ def test_slots_share_what_drafters_share_and_keep_the_rest_apart(engines):
     assert mods[0].pool is mods[1].pool is mods[2].pool                       # one pool, as in llama.cpp
     assert drafts[0].context is drafts[2].context and [d.seq for d in drafts] == [0, 1, 2]
     assert drafts[0].context.n_seq_max == 3
-    cycles = [d["cycle"] for d in by_name]                                    # a plugin knows nothing of slots
-    assert len({id(c) for c in cycles}) == 3 and type(cycles[0]).__module__ == "specframe_cycle"
+    third_party = [d["last-match"] for d in by_name]                          # a plugin knows nothing of slots
+    assert len({id(d) for d in third_party}) == 3 and type(third_party[0]).__module__ == "third_party_drafter"
 
 
 def test_the_lossless_check_replays_the_passes_a_request_shared(engines, together):

@@ -93,12 +93,12 @@ def test_errors_are_one_line(config, write_config):
 
 
 def test_plugins_lists_every_drafter_with_its_parameters():
-    result = run("plugins", "--json")
+    result = run("plugins", "--json", "-m", "third_party_drafter")
     listing = {entry["type"]: entry for entry in json.loads(result.stdout)}
-    assert {"prompt-lookup", "ngram-simple", "draft-model", "cycle"} <= set(listing)
+    assert {"prompt-lookup", "ngram-simple", "draft-model", "last-match"} <= set(listing)
     params = {p["name"]: p for p in listing["draft-model"]["parameters"]}
     assert params["p_min"]["default"] == 0.75 and params["model"]["required"]
-    assert listing["cycle"]["package"] == "specframe-cycle"
+    assert listing["last-match"]["package"] == "third_party_drafter"
     assert "prompt-lookup  (plugin specframe.drafters.prompt_lookup" in run("plugins").stdout
 
 

@@ -4,6 +4,7 @@ import sys
 import textwrap
 
 import pytest
+from third_party_drafter import THIRD_PARTY
 
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
@@ -21,7 +22,7 @@ DRAFTERS = {
     "ngram-map-k4v": '[[drafter]]\ntype = "ngram-map-k4v"\nn = 2\nm = 3\n',
     "ngram-mod": '[[drafter]]\ntype = "ngram-mod"\nn_match = 3\nn_min = 2\nn_max = 8\n',
     "ngram-cache": '[[drafter]]\ntype = "ngram-cache"\n',
-    "cycle (example plugin)": '[[drafter]]\ntype = "cycle"\n',
+    "last-match (a third-party plugin)": THIRD_PARTY + '[[drafter]]\ntype = "last-match"\n',
     "whole chain": ('[[drafter]]\ntype = "draft-model"\nmodel = "{draft}"\np_min = 0.2\n'
                     '[[drafter]]\ntype = "ngram-simple"\nn = 2\nm = 8\n'
                     '[[drafter]]\ntype = "prompt-lookup"\n'),

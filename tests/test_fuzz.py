@@ -198,8 +198,7 @@ def runs():
 
 @fuzz(800)
 @given(document=st.data())
-def test_structured_configs_load_or_fail_in_one_line(document, tmp_path_factory, target_path, runs, monkeypatch):
-    monkeypatch.setenv("SPECFRAME_LOAD_PLUGINS", "specframe-cycle")
+def test_structured_configs_load_or_fail_in_one_line(document, tmp_path_factory, target_path, runs):
     data = document.draw(config_documents(str(target_path)))
     folder = tmp_path_factory.mktemp("config")
     path = folder / "config.toml"
@@ -235,9 +234,7 @@ save_dynamic = true
 @fuzz(500)
 @given(mutations=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(["flip", "insert", "delete"]),
                                     st.integers(0, 255)), min_size=1, max_size=4))
-def test_byte_mutated_configs_load_or_fail_in_one_line(mutations, tmp_path_factory, target_path, runs,
-                                                       monkeypatch):
-    monkeypatch.setenv("SPECFRAME_LOAD_PLUGINS", "")
+def test_byte_mutated_configs_load_or_fail_in_one_line(mutations, tmp_path_factory, target_path, runs):
     data = bytearray(BASE_CONFIG.format(model=target_path).encode())
     for position, operation, byte in mutations:
         position %= len(data) + (operation == "insert")

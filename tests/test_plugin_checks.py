@@ -3,7 +3,6 @@ keep working. Each plugin here is a real module, loaded by the real loader."""
 
 import logging
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -15,22 +14,6 @@ from specframe.plugins import load_plugins
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 BUILT_IN = ("prompt-lookup", "ngram-simple", "ngram-cache", "draft-model")
-
-
-@pytest.fixture
-def plugin(tmp_path, monkeypatch):
-    """``plugin(module, source)``: write a plugin module where imports find it; removed from sys.modules after."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    written = []
-
-    def write(module: str, source: str):
-        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-        written.append(module)
-        return tmp_path
-
-    yield write
-    for module in written:
-        sys.modules.pop(module, None)
 
 
 def warnings(caplog) -> list[str]:
@@ -53,30 +36,26 @@ def register_drafter(register):
 '''
 
 
-def test_a_misspelt_hook_in_a_config_module_is_a_config_error_naming_it(plugin):
-    plugin("misspelt_plugin", MISSPELT_HOOK)
+def test_a_misspelt_hook_in_a_config_module_is_a_config_error_naming_it(plugin_module):
+    plugin_module("misspelt_plugin", MISSPELT_HOOK)
     with pytest.raises(ConfigError) as error:
         load_plugins(["misspelt_plugin"])
     assert str(error.value) == ("cannot load plugin module 'misspelt_plugin' (PluginValidationError: unknown hook "
                                 "'register_drafter' (did you mean 'register_drafters'?))")
 
 
-def test_a_misspelt_hook_in_an_installed_plugin_is_reported_and_skipped(plugin, caplog):
-    folder = plugin("misspelt_installed", MISSPELT_HOOK)
-    dist = folder / "misspelt_pkg-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: misspelt-pkg\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[specframe]\nmisspelt = misspelt_installed\n")
+def test_a_misspelt_hook_in_an_installed_plugin_is_reported_and_skipped(installed_package, caplog):
+    installed_package("misspelt-pkg", "misspelt_installed", MISSPELT_HOOK, entry_point="misspelt")
     plugins = load_plugins()
     types = plugins.drafter_types()
     assert "misspelt" not in types and plugins.manager.get_plugin("misspelt") is None
-    assert all(name in types for name in (*BUILT_IN, "cycle"))
+    assert all(name in types for name in BUILT_IN)
     assert ("plugin 'misspelt' from package misspelt-pkg failed to load and is skipped: PluginValidationError: "
             "unknown hook 'register_drafter' (did you mean 'register_drafters'?)") in warnings(caplog)
 
 
-def test_a_plugin_without_the_hookimpl_marker_is_refused(plugin):
-    plugin("unmarked_plugin", '''
+def test_a_plugin_without_the_hookimpl_marker_is_refused(plugin_module):
+    plugin_module("unmarked_plugin", '''
         def register_drafters(register):
             pass
         ''')
@@ -124,8 +103,8 @@ def register_drafters(register):
 '''
 
 
-def test_protocol_methods_the_chain_cannot_call_are_refused_at_registration(plugin, caplog):
-    plugin("signatures_plugin", BAD_SIGNATURES)
+def test_protocol_methods_the_chain_cannot_call_are_refused_at_registration(plugin_module, caplog):
+    plugin_module("signatures_plugin", BAD_SIGNATURES)
     types = load_plugins(["signatures_plugin"]).drafter_types()
     assert "flexible" in types and all(name in types for name in BUILT_IN)
     assert not {"no-length", "no-prompt", "two-counts"} & set(types)
@@ -137,8 +116,8 @@ def test_protocol_methods_the_chain_cannot_call_are_refused_at_registration(plug
         "TwoCounts": " (accept(self, n_accepted, n_drafted) cannot be called as accept(n_accepted)): skipped"}
 
 
-def test_drafter_types_are_collected_once_and_a_clash_warned_once(plugin, caplog):
-    plugin("clash_plugin", '''
+def test_drafter_types_are_collected_once_and_a_clash_warned_once(plugin_module, caplog):
+    plugin_module("clash_plugin", '''
         from specframe import NO_DRAFT, Drafter, hookimpl
 
         class Clash(Drafter):
@@ -222,8 +201,8 @@ def register_drafters(register):
 
 
 @pytest.fixture
-def engine(plugin, write_config, target_path):
-    plugin("protocol_plugin", DRAFTERS)
+def engine(plugin_module, write_config, target_path):
+    plugin_module("protocol_plugin", DRAFTERS)
     config = write_config(f"""
         [target]
         model = "{target_path}"

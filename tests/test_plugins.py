@@ -1,6 +1,8 @@
-"""Plugin discovery: built-ins, the example package's entry point, config modules, SPECFRAME_LOAD_PLUGINS."""
+"""Plugin discovery: built-ins, installed packages' entry points, config modules, SPECFRAME_LOAD_PLUGINS."""
 
-import textwrap
+import importlib.metadata
+
+import pytest
 
 from specframe.plugins import load_plugins
 
@@ -12,24 +14,72 @@ def test_builtin_drafters_are_registered_through_the_hook():
         assert types[name].plugin.startswith("specframe.drafters.")
 
 
-def test_the_example_plugin_is_discovered_through_its_entry_point():
+INSTALLED = '''
+from dataclasses import dataclass
+from specframe import NO_DRAFT, Drafter, hookimpl, param
+
+@dataclass(frozen=True)
+class EchoParams:
+    width: int = param(3, min=1, max=9, help="how wide")
+
+class Echo(Drafter):
+    name = "echo"
+    Params = EchoParams
+    def draft(self, history, n_max):
+        return NO_DRAFT
+
+@hookimpl
+def register_drafters(register):
+    register(Echo)
+'''
+
+
+def test_an_installed_package_is_discovered_through_its_entry_point(installed_package):
+    installed_package("specframe-echo", "specframe_echo", INSTALLED, entry_point="echo")
+    echo = load_plugins().drafter_types()["echo"]
+    assert echo.package == "specframe-echo" and echo.plugin == "echo"
+    assert [(p["name"], p["default"]) for p in echo.describe()["parameters"]] == [("width", 3)]
+
+
+def test_an_installed_plugin_also_named_in_the_config_is_loaded_once(installed_package):
+    installed_package("specframe-echo", "specframe_echo", INSTALLED, entry_point="echo")
+    plugins = load_plugins(["specframe_echo"])     # the module behind the 'echo' entry point
+    echo = plugins.drafter_types()["echo"]
+    assert echo.plugin == "echo" and echo.package == "specframe-echo"
+    assert len(plugins.manager.get_plugins()) == len(load_plugins().manager.get_plugins())
+
+
+def test_load_plugins_env_pins_the_installed_set(installed_package, monkeypatch):
+    installed_package("specframe-echo", "specframe_echo", INSTALLED, entry_point="echo")
+    assert "echo" in load_plugins().drafter_types()
+    for pinned in ("", "another-package"):
+        monkeypatch.setenv("SPECFRAME_LOAD_PLUGINS", pinned)
+        assert "echo" not in load_plugins().drafter_types()
+
+
+def test_a_config_module_registers_its_drafters():
+    plugins = load_plugins(["third_party_drafter"])
+    last_match = plugins.drafter_types()["last-match"]
+    assert last_match.plugin == "third_party_drafter" and last_match.package == "third_party_drafter"
+
+
+def _example_plugin_installed() -> bool:
+    try:
+        importlib.metadata.distribution("specframe-cycle")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.installed_plugin
+@pytest.mark.skipif(not _example_plugin_installed(),
+                    reason="the example plugin is not installed: pip install ./plugins/specframe-cycle")
+def test_the_example_plugin_installed_by_pip_is_discovered_through_its_entry_point(monkeypatch):
+    monkeypatch.delenv("SPECFRAME_LOAD_PLUGINS")      # everything installed, as a user's run sees it
     cycle = load_plugins().drafter_types()["cycle"]
     assert cycle.package == "specframe-cycle" and cycle.plugin == "cycle"
-    params = cycle.describe()["parameters"]
-    assert [(p["name"], p["default"]) for p in params] == [("max_period", 16), ("min_repeats", 2)]
-
-
-def test_an_installed_plugin_also_named_in_the_config_is_loaded_once():
-    plugins = load_plugins(["specframe_cycle"])     # the module behind the 'cycle' entry point
-    cycle = plugins.drafter_types()["cycle"]
-    assert cycle.plugin == "cycle" and cycle.package == "specframe-cycle"
-
-
-def test_load_plugins_env_pins_the_installed_set(monkeypatch):
-    monkeypatch.setenv("SPECFRAME_LOAD_PLUGINS", "")
-    assert "cycle" not in load_plugins().drafter_types()
-    monkeypatch.setenv("SPECFRAME_LOAD_PLUGINS", "specframe-cycle")
-    assert "cycle" in load_plugins().drafter_types()
+    assert [(p["name"], p["default"]) for p in cycle.describe()["parameters"]] == [("max_period", 16),
+                                                                                   ("min_repeats", 2)]
 
 
 BROKEN = '''
@@ -51,9 +101,8 @@ def register_drafters(register):
 '''
 
 
-def test_invalid_registrations_are_reported_and_skipped(tmp_path, monkeypatch, caplog):
-    (tmp_path / "broken_plugin.py").write_text(textwrap.dedent(BROKEN))
-    monkeypatch.syspath_prepend(str(tmp_path))
+def test_invalid_registrations_are_reported_and_skipped(plugin_module, caplog):
+    plugin_module("broken_plugin", BROKEN)
     types = load_plugins(["broken_plugin"]).drafter_types()
     assert "no-draft" not in types
     assert types["prompt-lookup"].package == "specframe (built-in)"     # the built-in is not replaced

@@ -1,4 +1,5 @@
-"""End to end on real GGUF models from MODELS.md (fetched once, sha256-checked, cached outside the clone)."""
+"""End to end on the catalog's real GGUF models, docs/models.md (fetched once, sha256-checked, cached outside the
+clone)."""
 
 import json
 import pathlib

@@ -1,4 +1,5 @@
-"""specframe against its peers on this machine: llama.cpp's own tools and llama-cpp-python (DESIGN.md section 6).
+"""specframe against its peers on this machine: llama.cpp's own tools and llama-cpp-python (docs/design.md,
+performance method).
 
     python benchmarks/peers/run.py [--repeat 3] [--workload NAME ...] [--only GROUP ...] [--max-tokens N]
                                    [--out benchmarks/RESULTS.md]

@@ -38,7 +38,7 @@ class BenchRow:
     passes_per_token: float              # target forward passes per generated token
     drafting_share: float                # share of generation time spent drafting
     peak_rss_mib: float                  # peak resident memory of the strategy's process during its runs
-    lossless: str                        # the first run against plain greedy output (DESIGN.md §3)
+    lossless: str                        # the first run against plain greedy output (docs/design.md)
 
     def as_dict(self) -> dict:
         return asdict(self)

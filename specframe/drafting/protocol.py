@@ -1,4 +1,4 @@
-"""The drafter protocol: what the decoding loop knows of a drafter (DESIGN.md §2).
+"""The drafter protocol: what the decoding loop knows of a drafter (docs/design.md, the drafter protocol).
 
 A drafter proposes tokens that continue the committed history; the target model verifies them. It mirrors
 llama.cpp's common_speculative begin / draft / accept. Drafters subclass ``Drafter`` and are registered

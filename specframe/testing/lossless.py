@@ -1,4 +1,5 @@
-"""Is speculative output the target's own output? The check of DESIGN.md §3, made decisive for quantized models.
+"""Is speculative output the target's own output? The near-tie check (docs/design.md), made decisive for quantized
+models.
 
 CPU kernels round batched and one-at-a-time evaluation differently, so greedy output with speculation may leave
 plain greedy output where the target's top two choices are close. On float32 models the difference is in the
