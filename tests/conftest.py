@@ -13,12 +13,21 @@ from specframe.testing.synthetic import write_synthetic_model
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path_factory, monkeypatch):
     """Every test gets an empty cache of its own (pass-cost tables, n-gram caches...): no test reads or writes the
-    user's. Only the libllama build and the real models are shared, read-only, from the user's cache."""
+    user's. Only the libllama build and the real models are shared, read-only, from the user's cache. Hugging Face
+    is offline, with an empty cache of its own, here and in the processes tests start."""
+    import huggingface_hub.constants
+
     from specframe.llama import library_prefix
     from specframe.paths import models_dir
 
     shared_build, shared_models = library_prefix(), models_dir()
-    monkeypatch.setenv("SPECFRAME_CACHE", str(tmp_path_factory.mktemp("cache")))
+    cache = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("SPECFRAME_CACHE", str(cache))
+    monkeypatch.setenv("HF_HOME", str(cache / "huggingface"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache / "huggingface" / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache / "huggingface" / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("SPECFRAME_LLAMA_PREFIX", str(shared_build))
     monkeypatch.setenv("SPECFRAME_MODELS", str(shared_models))
 

@@ -1,0 +1,229 @@
+"""Models by Hugging Face reference, without the network: Hugging Face cannot be reached from the test machines.
+
+What is covered: parsing references, picking a repository's files (llama.cpp's rule), and resolution through
+huggingface_hub itself from a cache laid out on disk as huggingface_hub lays it out (models--OWNER--REPO with
+blobs, snapshots and refs/main), offline; a listing that fails on a refused connection (a local port, not the
+Hub) falling back to that cache. No test downloads anything: the download path
+(``snapshot_download`` with the picked files) runs only when the Hub answers.
+"""
+
+import hashlib
+import os
+import pathlib
+
+import pytest
+
+from specframe.engine import Engine
+from specframe.errors import ConfigError, ModelError
+from specframe.hub import HfRef, parse_ref, pick_files
+from specframe.llama import Model
+from specframe.models import resolve_model
+from specframe.testing import write_synthetic_model
+
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def hub_cache() -> pathlib.Path:
+    """The test's own Hugging Face cache (conftest points huggingface_hub at it)."""
+    import huggingface_hub.constants
+
+    return pathlib.Path(huggingface_hub.constants.HF_HUB_CACHE)
+
+
+def cache_repo(repo: str, files: dict[str, bytes], revision: str = REVISION) -> pathlib.Path:
+    """Lay ``files`` out in the Hugging Face cache as huggingface_hub stores a download of them: content-addressed
+    blobs, the snapshot's names as relative links to them, refs/main naming the revision. Returns the snapshot."""
+    folder = hub_cache() / ("models--" + repo.replace("/", "--"))
+    snapshot = folder / "snapshots" / revision
+    for name, data in files.items():
+        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = snapshot / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+@pytest.fixture(scope="module")
+def split_model(tmp_path_factory) -> dict[str, bytes]:
+    """A synthetic model in three parts, named as a repository names its Q8_0 split model."""
+    folder = tmp_path_factory.mktemp("split")
+    write_synthetic_model(folder / "tiny-Q8_0.gguf", split_max_tensors=8)
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+# --- references ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, repo, quant", [
+    ("hf:Qwen/Qwen2.5-Coder-7B-Instruct-GGUF:Q4_K_M", "Qwen/Qwen2.5-Coder-7B-Instruct-GGUF", "Q4_K_M"),
+    ("hf:ggml-org/gpt-oss-20b-GGUF", "ggml-org/gpt-oss-20b-GGUF", None),
+    ("unsloth/Qwen3-8B-GGUF:UD-Q4_K_XL", "unsloth/Qwen3-8B-GGUF", "UD-Q4_K_XL"),
+    ("bartowski/SmolLM2-135M-Instruct-GGUF", "bartowski/SmolLM2-135M-Instruct-GGUF", None),
+])
+def test_references_parse(spec, repo, quant, tmp_path):
+    assert parse_ref(spec, tmp_path) == HfRef(repo, quant)
+    assert str(HfRef(repo, quant)) == "hf:" + spec.removeprefix("hf:")
+
+
+@pytest.mark.parametrize("spec", ["hf:Qwen", "hf:a/b/c", "hf:a/b:Q4:K", "hf:-a/b", "hf:a/b.", "hf:a--b/c",
+                                  "hf:a/b:", "hf:", "hf:a/" + "b" * 100, "hf:a/b:Q4 K"])
+def test_malformed_hf_references_are_one_line_errors(spec, tmp_path):
+    with pytest.raises(ModelError) as error:
+        parse_ref(spec, tmp_path)
+    message = str(error.value)
+    assert "\n" not in message and f"model '{spec}': expected a Hugging Face reference hf:OWNER/REPO[:QUANT]" \
+        in message
+
+
+def test_without_the_prefix_paths_stay_paths(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny").write_bytes(b"GGUF")
+    assert parse_ref("models/tiny", tmp_path) is None             # an existing file
+    assert parse_ref("models", tmp_path) is None                  # no owner/repo shape
+    assert parse_ref("missing/model.gguf", tmp_path) is None      # a GGUF path, missing: reported as a file
+    assert parse_ref("./a/b", tmp_path) is None and parse_ref("~/a", tmp_path) is None
+    assert parse_ref("owner/repo:Q8_0", tmp_path) == HfRef("owner/repo", "Q8_0")
+
+
+# --- picking files (llama.cpp's find_best_model) -------------------------------------------------------------
+
+LISTING = [".gitattributes", "README.md", "model-Q8_0.gguf", "model-IQ4_XS.gguf", "mmproj-model-Q4_K_M.gguf",
+           "model-Q4_K_M-00002-of-00002.gguf", "model-Q4_K_M-00001-of-00002.gguf", "model-f16.imatrix.gguf"]
+
+
+def test_the_default_quant_is_q4_k_m_then_q8_0_then_the_first_model():
+    assert pick_files(LISTING, HfRef("o/r")) == ["model-Q4_K_M-00001-of-00002.gguf",
+                                                 "model-Q4_K_M-00002-of-00002.gguf"]
+    without_q4 = [f for f in LISTING if "Q4_K_M" not in f]
+    assert pick_files(without_q4, HfRef("o/r")) == ["model-Q8_0.gguf"]
+    assert pick_files(["README.md", "a-BF16.gguf", "b-F16.gguf"], HfRef("o/r")) == ["a-BF16.gguf"]
+
+
+def test_quants_match_case_insensitively_and_never_a_sidecar():
+    assert pick_files(LISTING, HfRef("o/r", "iq4_xs")) == ["model-IQ4_XS.gguf"]
+    assert pick_files(LISTING, HfRef("o/r", "q8_0")) == ["model-Q8_0.gguf"]
+    assert pick_files(["mmproj-Q8_0.gguf", "m-Q8_0.gguf"], HfRef("o/r", "Q8_0")) == ["m-Q8_0.gguf"]
+    assert pick_files(["sub/dir/m.q8_0.gguf"], HfRef("o/r", "Q8_0")) == ["sub/dir/m.q8_0.gguf"]
+
+
+def test_a_split_model_is_every_part_the_first_first():
+    listing = ["m-Q8_0-00003-of-00003.gguf", "m-Q8_0-00001-of-00003.gguf", "m-Q8_0-00002-of-00003.gguf"]
+    assert pick_files(listing, HfRef("o/r", "Q8_0")) == sorted(listing)
+    with pytest.raises(ModelError, match=r"hf:o/r:Q8_0: m-Q8_0-00001-of-00003.gguf is part 1 of 3, but part\(s\) "
+                                         r"2 are not in the repository"):
+        pick_files(listing[:2], HfRef("o/r", "Q8_0"))
+
+
+def test_no_matching_file_names_the_quants_there_are():
+    with pytest.raises(ModelError) as error:
+        pick_files(LISTING, HfRef("o/r", "Q5_K_M"))
+    assert str(error.value) == ("hf:o/r:Q5_K_M: no GGUF file of quant Q5_K_M in the repository; its quants: Q8_0, "
+                                "IQ4_XS, Q4_K_M")
+    with pytest.raises(ModelError, match=r"^hf:o/r: the repository has no GGUF model file \(its GGUF files: "
+                                         r"mmproj-x.gguf\)$"):
+        pick_files(["README.md", "mmproj-x.gguf"], HfRef("o/r"))
+
+
+# --- resolution through huggingface_hub's cache --------------------------------------------------------------
+
+def test_an_offline_reference_resolves_through_the_cache_and_libllama_loads_every_part(split_model):
+    snapshot = cache_repo("tester/tiny-GGUF", {"README.md": b"# tiny", **split_model})
+    path = resolve_model("hf:tester/tiny-GGUF:q8_0")
+    assert path == snapshot / "tiny-Q8_0-00001-of-00003.gguf"   # the snapshot's name: libllama finds the parts
+    assert resolve_model("tester/tiny-GGUF") == path             # bare reference, default quant falls to Q8_0
+    with Model(path) as model:
+        assert len(model.vocab.tokenize("hello", add_special=False)) > 0
+    (snapshot / "tiny-Q8_0-00003-of-00003.gguf").unlink()
+    with pytest.raises(ModelError, match="llama.cpp could not load"):   # the parts are read, not just the first
+        Model(snapshot / "tiny-Q8_0-00001-of-00003.gguf")
+
+
+def test_a_config_names_a_reference_and_the_engine_runs_it(split_model, write_config):
+    cache_repo("tester/tiny-GGUF", split_model)
+    config = write_config("""
+        [target]
+        model = "tester/tiny-GGUF:Q8_0"
+        n_ctx = 512
+        [speculative]
+        adaptive = false
+        [[drafter]]
+        type = "draft-model"
+        model = "hf:tester/tiny-GGUF"
+        """)
+    with Engine.from_config(config) as engine:
+        result = engine.generate("the quick brown fox", max_tokens=8, raw=True)
+    assert len(result.tokens) == 8 and result.stats.n_drafted > 0
+
+
+def test_a_config_with_a_malformed_reference_names_the_key(write_config):
+    from specframe.config import load_config
+
+    config = write_config('[target]\nmodel = "hf:Qwen"\n')
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert str(error.value) == (f"{config}: target.model: model 'hf:Qwen': expected a Hugging Face reference "
+                                f"hf:OWNER/REPO[:QUANT], e.g. hf:Qwen/Qwen2.5-Coder-7B-Instruct-GGUF:Q4_K_M")
+
+
+def test_offline_and_not_cached_is_one_line():
+    with pytest.raises(ModelError) as error:
+        resolve_model("hf:tester/absent-GGUF:Q4_K_M")
+    assert str(error.value) == (f"hf:tester/absent-GGUF:Q4_K_M: not in the Hugging Face cache ({hub_cache()}); "
+                                f"HF_HUB_OFFLINE is set")
+
+
+@pytest.fixture
+def unreachable_hub(monkeypatch):
+    """Online mode, with the Hub at a local port nothing listens on: every request is refused at once."""
+    import socket
+
+    import huggingface_hub.constants
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+
+
+def test_a_failed_listing_falls_back_to_the_cache_as_llama_cpp_does(unreachable_hub, split_model):
+    with pytest.raises(ModelError) as error:
+        resolve_model("hf:tester/tiny-GGUF:Q8_0")
+    message = str(error.value)
+    assert message.startswith(f"hf:tester/tiny-GGUF:Q8_0: not in the Hugging Face cache ({hub_cache()}); the "
+                              f"repository cannot be listed on Hugging Face: ConnectError: ")
+    assert "\n" not in message
+    snapshot = cache_repo("tester/tiny-GGUF", split_model)
+    assert resolve_model("hf:tester/tiny-GGUF:Q8_0") == snapshot / "tiny-Q8_0-00001-of-00003.gguf"
+
+
+def test_a_missing_repository_says_so(monkeypatch):
+    """A local server answers as the Hub does for a repository that does not exist (404, RepoNotFound)."""
+    import http.server
+    import threading
+
+    import huggingface_hub.constants
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(404)
+            self.send_header("X-Error-Code", "RepoNotFound")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        with pytest.raises(ModelError) as error:
+            resolve_model("hf:tester/nothing-GGUF")
+        server.shutdown()
+    assert str(error.value) == (f"hf:tester/nothing-GGUF: not in the Hugging Face cache ({hub_cache()}); the "
+                                f"repository cannot be listed on Hugging Face: no such repository, or a private "
+                                f"one: set HF_TOKEN")
