@@ -57,6 +57,33 @@ def shuffled_draft_path(models_dir) -> pathlib.Path:
 
 
 @pytest.fixture
+def hf_repo():
+    """``hf_repo(repo, {name: bytes})``: lay files out in the test's Hugging Face cache as huggingface_hub stores a
+    download of them (content-addressed blobs, the snapshot's names as relative links to them, refs/main naming
+    the revision); returns the snapshot folder."""
+    import hashlib
+    import os
+
+    import huggingface_hub.constants
+
+    def lay_out(repo: str, files: dict[str, bytes], revision: str = "0123456789abcdef" * 2 + "01234567"):
+        folder = pathlib.Path(huggingface_hub.constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--"))
+        snapshot = folder / "snapshots" / revision
+        for name, data in files.items():
+            blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            blob.write_bytes(data)
+            link = snapshot / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(blob, link.parent))
+        (folder / "refs").mkdir(exist_ok=True)
+        (folder / "refs" / "main").write_text(revision)
+        return snapshot
+
+    return lay_out
+
+
+@pytest.fixture
 def write_config(tmp_path):
     """Write a TOML config (dedented) into a fresh folder; return its path."""
 

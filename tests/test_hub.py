@@ -7,7 +7,6 @@ Hub) falling back to that cache; ``models list``, ``path`` and ``pull``. No test
 (``snapshot_download`` with the picked files) runs only when the Hub answers.
 """
 
-import hashlib
 import json
 import os
 import pathlib
@@ -25,31 +24,11 @@ from specframe.llama import Model
 from specframe.models import resolve_model
 from specframe.testing import write_synthetic_model
 
-REVISION = "0123456789abcdef0123456789abcdef01234567"
-
-
 def hub_cache() -> pathlib.Path:
     """The test's own Hugging Face cache (conftest points huggingface_hub at it)."""
     import huggingface_hub.constants
 
     return pathlib.Path(huggingface_hub.constants.HF_HUB_CACHE)
-
-
-def cache_repo(repo: str, files: dict[str, bytes], revision: str = REVISION) -> pathlib.Path:
-    """Lay ``files`` out in the Hugging Face cache as huggingface_hub stores a download of them: content-addressed
-    blobs, the snapshot's names as relative links to them, refs/main naming the revision. Returns the snapshot."""
-    folder = hub_cache() / ("models--" + repo.replace("/", "--"))
-    snapshot = folder / "snapshots" / revision
-    for name, data in files.items():
-        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = snapshot / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-    (folder / "refs").mkdir(exist_ok=True)
-    (folder / "refs" / "main").write_text(revision)
-    return snapshot
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +113,8 @@ def test_no_matching_file_names_the_quants_there_are():
 
 # --- resolution through huggingface_hub's cache --------------------------------------------------------------
 
-def test_an_offline_reference_resolves_through_the_cache_and_libllama_loads_every_part(split_model):
-    snapshot = cache_repo("tester/tiny-GGUF", {"README.md": b"# tiny", **split_model})
+def test_an_offline_reference_resolves_through_the_cache_and_libllama_loads_every_part(hf_repo, split_model):
+    snapshot = hf_repo("tester/tiny-GGUF", {"README.md": b"# tiny", **split_model})
     path = resolve_model("hf:tester/tiny-GGUF:q8_0")
     assert path == snapshot / "tiny-Q8_0-00001-of-00003.gguf"   # the snapshot's name: libllama finds the parts
     assert resolve_model("tester/tiny-GGUF") == path             # bare reference, default quant falls to Q8_0
@@ -146,8 +125,8 @@ def test_an_offline_reference_resolves_through_the_cache_and_libllama_loads_ever
         Model(snapshot / "tiny-Q8_0-00001-of-00003.gguf")
 
 
-def test_a_config_names_a_reference_and_the_engine_runs_it(split_model, write_config):
-    cache_repo("tester/tiny-GGUF", split_model)
+def test_a_config_names_a_reference_and_the_engine_runs_it(hf_repo, split_model, write_config):
+    hf_repo("tester/tiny-GGUF", split_model)
     config = write_config("""
         [target]
         model = "tester/tiny-GGUF:Q8_0"
@@ -194,14 +173,14 @@ def unreachable_hub(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{port}")
 
 
-def test_a_failed_listing_falls_back_to_the_cache_as_llama_cpp_does(unreachable_hub, split_model):
+def test_a_failed_listing_falls_back_to_the_cache_as_llama_cpp_does(hf_repo, unreachable_hub, split_model):
     with pytest.raises(ModelError) as error:
         resolve_model("hf:tester/tiny-GGUF:Q8_0")
     message = str(error.value)
     assert message.startswith(f"hf:tester/tiny-GGUF:Q8_0: not in the Hugging Face cache ({hub_cache()}); the "
                               f"repository cannot be listed on Hugging Face: ConnectError: ")
     assert "\n" not in message
-    snapshot = cache_repo("tester/tiny-GGUF", split_model)
+    snapshot = hf_repo("tester/tiny-GGUF", split_model)
     assert resolve_model("hf:tester/tiny-GGUF:Q8_0") == snapshot / "tiny-Q8_0-00001-of-00003.gguf"
 
 
@@ -236,8 +215,8 @@ def test_a_missing_repository_says_so(monkeypatch):
 
 # --- the command line ----------------------------------------------------------------------------------------
 
-def test_models_list_shows_the_cache_with_sizes(split_model):
-    cache_repo("tester/tiny-GGUF", {**split_model, "tiny-F16.gguf": b"\0" * (3 << 19)})
+def test_models_list_shows_the_cache_with_sizes(hf_repo, split_model):
+    hf_repo("tester/tiny-GGUF", {**split_model, "tiny-F16.gguf": b"\0" * (3 << 19)})
     parts_size = sum(map(len, split_model.values()))
     listed = {m.filename: m for m in cached_models()}
     assert set(listed) == {"tiny-Q8_0-00001-of-00003.gguf", "tiny-F16.gguf"}
@@ -253,9 +232,9 @@ def test_models_list_shows_the_cache_with_sizes(split_model):
     assert hub_rows["hf:tester/tiny-GGUF:Q8_0"]["size"] == parts_size
 
 
-def test_models_path_and_pull_in_a_process_that_huggingface_hub_configures_itself(split_model, tmp_path):
+def test_models_path_and_pull_in_a_process_that_huggingface_hub_configures_itself(hf_repo, split_model):
     """HF_HUB_CACHE and HF_HUB_OFFLINE as a user sets them, read by huggingface_hub when the command starts."""
-    snapshot = cache_repo("tester/tiny-GGUF", split_model)
+    snapshot = hf_repo("tester/tiny-GGUF", split_model)
     env = dict(os.environ, HF_HUB_CACHE=str(hub_cache()), HF_HUB_OFFLINE="1")
 
     def specframe(*args):
