@@ -76,9 +76,24 @@ def main(verbose: bool) -> None:
         logging.getLogger("specframe.llama").setLevel(logging.CRITICAL + 1)
 
 
+def _preset_option(command):
+    """--preset NAME: a preset's config file (specframe models presets) in place of --config."""
+    return click.option("--preset", metavar="NAME", help="A named target and draft model in place of --config, e.g. "
+                                         "qwen-coder-1.5b-spec (specframe models presets).")(command)
+
+
+def _config_file(config_path, preset) -> str:
+    """The config file a command runs on: --config, or the preset's."""
+    from specframe.models import preset_path
+
+    if (config_path is None) == (preset is None):
+        raise click.UsageError("give exactly one of --config FILE or --preset NAME")
+    return config_path if preset is None else str(preset_path(preset))
+
+
 @main.command()
-@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="TOML config file.")
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
+@_preset_option
 @click.option("-p", "--prompt", help="The prompt.")
 @click.option("-f", "--prompt-file", type=click.Path(dir_okay=False), help="Read the prompt from a UTF-8 file.")
 @click.option("-n", "--max-tokens", type=_ConfigField(GenerationConfig, "max_tokens"), help="Most tokens to generate.")
@@ -88,7 +103,7 @@ def main(verbose: bool) -> None:
 @click.option("--raw", is_flag=True, help="Send the prompt as it is, without the model's chat template.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, tokens, stats) at the end.")
 @click.pass_obj
-def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed, no_spec, raw, as_json):
+def run(signals, config_path, preset, prompt, prompt_file, max_tokens, temperature, seed, no_spec, raw, as_json):
     """Generate an answer: text on stdout, statistics on stderr."""
     from specframe.engine import Engine
     from specframe.stats_text import format_stats
@@ -96,7 +111,7 @@ def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed
     if (prompt is None) == (prompt_file is None):
         raise click.UsageError("give exactly one of --prompt TEXT or --prompt-file FILE")
     text = prompt if prompt is not None else read_text(prompt_file)
-    engine = Engine.from_config(config_path)
+    engine = Engine.from_config(_config_file(config_path, preset))
     try:
         generation = engine.stream(text, max_tokens=max_tokens, temperature=temperature, seed=seed,
                                    speculative=not no_spec, raw=raw)
@@ -122,20 +137,21 @@ def run(signals, config_path, prompt, prompt_file, max_tokens, temperature, seed
 
 
 @main.command()
-@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False),
               help="TOML config file: the same as run's, plus a [server] table.")
+@_preset_option
 @click.option("--host", type=_ConfigField(ServerConfig, "host"), help="Address to listen on (default 127.0.0.1).")
 @click.option("--port", type=_ConfigField(ServerConfig, "port"), help="Port (default 8080; 0: any free port).")
 @click.option("--slots", type=_ConfigField(ServerConfig, "slots"), help="Requests decoded together (default 4).")
 @click.option("--api-key", type=_ConfigField(ServerConfig, "api_key"),
               help="Clients must send 'Authorization: Bearer KEY'.")
-def serve(config_path, host, port, slots, api_key):
+def serve(config_path, preset, host, port, slots, api_key):
     """Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models), /health and /metrics."""
     from specframe.config import load_config
     from specframe.serve.server import serve as run_server
 
     logging.getLogger("specframe.serve").setLevel(logging.INFO)
-    run_server(load_config(config_path), host=host, port=port, slots=slots, api_key=api_key)
+    run_server(load_config(_config_file(config_path, preset)), host=host, port=port, slots=slots, api_key=api_key)
 
 
 @main.command()
@@ -293,6 +309,27 @@ def models_path(name):
     if not model.present:
         raise click.ClickException(f"model '{name}' is not in the cache: run 'specframe models pull {name}'")
     click.echo(str(model.path))
+
+
+@models.command("presets")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models_presets(as_json):
+    """Named target and draft models for run and serve (--preset NAME), and whether their models are cached."""
+    from specframe.models import PRESETS, is_cached
+
+    rows = []
+    for preset in PRESETS.values():
+        cached = {m: is_cached(m) for m in preset.models}
+        rows.append({"name": preset.name, "description": preset.description, "models": list(cached),
+                     "path": str(preset.path), "cached": all(cached.values()),
+                     "needs_network": any(m.startswith("hf:") and not c for m, c in cached.items())})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        mark = "cached" if row["cached"] else "needs Hugging Face" if row["needs_network"] else "fetched on first use"
+        click.echo(f"{row['name']:<22} {mark:<20}  {row['description']}")
+        click.echo(f"{'':<22} {' + '.join(row['models'])}")
 
 
 @models.command("quantize")

