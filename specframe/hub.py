@@ -183,13 +183,24 @@ def _listing(ref: HfRef) -> list[str]:
 
 
 def _cached_snapshot(ref: HfRef) -> pathlib.Path | None:
-    """The cache's folder of the repository's main revision, None when it holds none."""
-    from huggingface_hub import snapshot_download
+    """The cache's folder of the repository's main revision, None when it holds none. (Not snapshot_download's
+    offline answer: it refuses a snapshot that holds only some of the repository's files, which is what fetching
+    one model leaves.)"""
+    for repo in _cached_repos():
+        if repo.repo_id == ref.repo:
+            return next((r.snapshot_path for r in repo.revisions if "main" in r.refs), None)
+    return None
 
-    try:
-        return pathlib.Path(snapshot_download(ref.repo, local_files_only=True))
-    except _hub_errors():
-        return None
+
+def _cached_repos() -> list:
+    """The Hugging Face cache's model repositories (huggingface_hub's scan of it)."""
+    from huggingface_hub import constants, scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:   # the cache named now: scan_cache_dir's default is the one named when it was imported
+        return [repo for repo in scan_cache_dir(constants.HF_HUB_CACHE).repos if repo.repo_type == "model"]
+    except CacheNotFound:
+        return []
 
 
 def _download(ref: HfRef, files: list[str], local_only: bool) -> pathlib.Path:
@@ -220,17 +231,8 @@ class CachedModel:
 
 def cached_models() -> list[CachedModel]:
     """The GGUF models of the Hugging Face cache's model repositories, in every revision it holds."""
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
-
-    try:
-        cache = scan_cache_dir()
-    except CacheNotFound:
-        return []
     found = []
-    for repo in sorted(cache.repos, key=lambda r: r.repo_id):
-        if repo.repo_type != "model":
-            continue
+    for repo in sorted(_cached_repos(), key=lambda r: r.repo_id):
         for revision in sorted(repo.revisions, key=lambda r: r.commit_hash):
             files = {f.file_path.relative_to(revision.snapshot_path).as_posix(): f for f in revision.files}
             for name in sorted(files):

@@ -3,8 +3,9 @@
 What is covered: parsing references, picking a repository's files (llama.cpp's rule), and resolution through
 huggingface_hub itself from a cache laid out on disk as huggingface_hub lays it out (models--OWNER--REPO with
 blobs, snapshots and refs/main), offline; a listing that fails on a refused connection (a local port, not the
-Hub) falling back to that cache; ``models list``, ``path`` and ``pull``. No test downloads anything: the download path
-(``snapshot_download`` with the picked files) runs only when the Hub answers.
+Hub) falling back to that cache; the online path (listing, picking, ``snapshot_download`` of the picked files)
+against a local server that answers as the Hub does; ``models list``, ``path`` and ``pull``. Nothing is downloaded
+from Hugging Face itself.
 """
 
 import json
@@ -184,33 +185,91 @@ def test_a_failed_listing_falls_back_to_the_cache_as_llama_cpp_does(hf_repo, unr
     assert resolve_model("hf:tester/tiny-GGUF:Q8_0") == snapshot / "tiny-Q8_0-00001-of-00003.gguf"
 
 
-def test_a_missing_repository_says_so(monkeypatch):
-    """A local server answers as the Hub does for a repository that does not exist (404, RepoNotFound)."""
+@pytest.fixture
+def local_hub():
+    """A local server that answers the few Hub API calls huggingface_hub makes to list and download a model
+    repository (model info, tree, HEAD and GET of resolve URLs), from ``repos`` ({repo: {name: bytes}}); an
+    unknown repository is a 404 with the Hub's RepoNotFound code. ``requests`` records the paths asked for."""
+    import hashlib
     import http.server
+    import re
     import threading
+    import types
+    import urllib.parse
 
-    import huggingface_hub.constants
+    commit = "fedcba9876543210" * 2 + "fedcba98"
+    repos, requests = {}, []
 
-    class NotFound(http.server.BaseHTTPRequestHandler):
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.do_GET()
+
         def do_GET(self):
-            self.send_response(404)
-            self.send_header("X-Error-Code", "RepoNotFound")
-            self.send_header("Content-Length", "0")
+            path = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)
+            requests.append(f"{self.command} {path}")
+            info = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/main)?", path)
+            tree = re.fullmatch(rf"/api/models/([^/]+/[^/]+)/tree/{commit}", path)
+            resolve = re.fullmatch(rf"/([^/]+/[^/]+)/resolve/{commit}/(.+)", path)
+            repo = next((m[1] for m in (info, tree, resolve) if m), None)
+            if repo not in repos or (resolve and resolve[2] not in repos[repo]):
+                return self.answer(404, b"", {"X-Error-Code": "RepoNotFound"})
+            files = repos[repo]
+            if info:
+                body = {"id": repo, "sha": commit, "siblings": [{"rfilename": name} for name in files]}
+            elif tree:
+                body = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                        for name, data in files.items()]
+            else:
+                data = files[resolve[2]]
+                return self.answer(200, data, {"X-Repo-Commit": commit,
+                                               "ETag": f'"{hashlib.sha256(data).hexdigest()}"'})
+            self.answer(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+        def answer(self, code, body, headers):
+            self.send_response(code)
+            for key, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(key, value)
             self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
         def log_message(self, *args):
             pass
 
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound) as server:
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-        with pytest.raises(ModelError) as error:
-            resolve_model("hf:tester/nothing-GGUF")
+        yield types.SimpleNamespace(url=f"http://127.0.0.1:{server.server_port}", repos=repos, requests=requests)
         server.shutdown()
+
+
+def test_a_missing_repository_says_so(local_hub, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", local_hub.url)
+    with pytest.raises(ModelError) as error:
+        resolve_model("hf:tester/nothing-GGUF")
     assert str(error.value) == (f"hf:tester/nothing-GGUF: not in the Hugging Face cache ({hub_cache()}); the "
                                 f"repository cannot be listed on Hugging Face: no such repository, or a private "
                                 f"one: set HF_TOKEN")
+
+
+def test_pull_lists_picks_and_downloads_through_huggingface_hub_from_a_local_hub(local_hub, split_model):
+    """The online path, end to end, in a process configured as a user would (HF_ENDPOINT, HF_HUB_CACHE): from a
+    local server, not from Hugging Face. Only the picked split model's parts are downloaded."""
+    local_hub.repos["tester/tiny-GGUF"] = {"README.md": b"# tiny", "tiny-F16.gguf": b"other", **split_model}
+    env = dict(os.environ, HF_ENDPOINT=local_hub.url, HF_HUB_CACHE=str(hub_cache()), HF_HUB_OFFLINE="0")
+    pulled = subprocess.run([sys.executable, "-m", "specframe.cli", "models", "pull", "hf:tester/tiny-GGUF:Q8_0"],
+                            env=env, capture_output=True, text=True)
+    assert pulled.returncode == 0, pulled.stderr
+    path = pathlib.Path(pulled.stderr.strip().splitlines()[-1].removeprefix("hf:tester/tiny-GGUF:Q8_0: "))
+    assert path.name == "tiny-Q8_0-00001-of-00003.gguf" and path.parent.parent.name == "snapshots"
+    assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == split_model
+    downloads = sorted(r.rsplit("/", 1)[1] for r in local_hub.requests if r.startswith("GET /tester/"))
+    assert downloads == sorted(split_model)
+    with Model(path) as model:
+        assert len(model.vocab.tokenize("hello", add_special=False)) > 0
+    assert resolve_model("hf:tester/tiny-GGUF:Q8_0") == path      # and offline afterwards, from the cache
 
 
 # --- the command line ----------------------------------------------------------------------------------------
