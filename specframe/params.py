@@ -21,8 +21,8 @@ MAX_THREADS = 4 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinit
 
 
 def param(default=dataclasses.MISSING, *, help: str = "", min=None, max=None, choices=None, model: bool = False):
-    """A configuration field. ``model=True`` marks a model reference: a catalog name or a path to a GGUF file,
-    relative to the config file."""
+    """A configuration field. ``model=True`` marks a model reference: a catalog name, a Hugging Face reference
+    or a path to a GGUF file, relative to the config file."""
     metadata = {"help": help, "min": min, "max": max, "choices": choices, "model": model}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)

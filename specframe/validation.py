@@ -8,13 +8,13 @@ the same checks: unknown keys, field types, and the bounds, choices and model fi
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
 import typing
 
-from specframe.errors import ConfigError, ParamError, printable
+from specframe.errors import ConfigError, ModelError, ParamError, printable
 from specframe.files import file_problem
-from specframe.models import CATALOG
+from specframe.hub import FORM
+from specframe.models import model_reference
 from specframe.params import config_fields, describe, within_bounds
 
 NO_FILE = "(no config file)"
@@ -72,13 +72,8 @@ def build_dataclass(cls, table: dict, where: Where, section: str):
             raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
         if meta.get("choices") is not None and value not in meta["choices"]:
             raise ConfigError(where.at(key, f"expected {expected}, got {value!r}"))
-        if meta.get("model") and value not in CATALOG:
-            problem = file_problem(where.directory / os.path.expanduser(value))
-            if problem:
-                base = "the current directory" if where.overridden(key) else "the config's folder"
-                raise ConfigError(where.at(key, f"model file {value!r} {problem} (relative paths are from {base}); "
-                                                "expected a GGUF path or a catalog name "
-                                                "(specframe models list)"))
+        if meta.get("model"):
+            _check_model(value, where, key)
         values[name] = float(value) if hints[name] is float else value
     try:
         return cls(**values)
@@ -86,6 +81,20 @@ def build_dataclass(cls, table: dict, where: Where, section: str):
         raise ConfigError(where.at(f"{section}.{exc.key}", exc.problem)) from None
     except (ValueError, TypeError) as exc:
         raise ConfigError(where.at(section, str(exc))) from None
+
+
+def _check_model(value: str, where: Where, key: str) -> None:
+    """A model setting names a catalog model, a well-formed Hugging Face reference or an existing file (nothing is
+    fetched here)."""
+    try:
+        reference = model_reference(value, where.directory)
+    except ModelError as exc:
+        raise ConfigError(where.at(key, str(exc))) from None
+    problem = file_problem(reference) if isinstance(reference, pathlib.Path) else None
+    if problem:
+        base = "the current directory" if where.overridden(key) else "the config's folder"
+        raise ConfigError(where.at(key, f"model file {value!r} {problem} (relative paths are from {base}); expected "
+                                        f"a GGUF path, a catalog name (specframe models list) or {FORM}"))
 
 
 def _type_ok(value, annotation) -> bool:

@@ -14,12 +14,21 @@ from specframe.testing.synthetic import write_synthetic_model
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path_factory, monkeypatch):
     """Every test gets an empty cache of its own (pass-cost tables, n-gram caches...): no test reads or writes the
-    user's. Only the libllama build and the real models are shared, read-only, from the user's cache."""
+    user's. Only the libllama build and the real models are shared, read-only, from the user's cache. Hugging Face
+    is offline, with an empty cache of its own, here and in the processes tests start."""
+    import huggingface_hub.constants
+
     from specframe.llama import library_prefix
     from specframe.paths import models_dir
 
     shared_build, shared_models = library_prefix(), models_dir()
-    monkeypatch.setenv("SPECFRAME_CACHE", str(tmp_path_factory.mktemp("cache")))
+    cache = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("SPECFRAME_CACHE", str(cache))
+    monkeypatch.setenv("HF_HOME", str(cache / "huggingface"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache / "huggingface" / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache / "huggingface" / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("SPECFRAME_LLAMA_PREFIX", str(shared_build))
     monkeypatch.setenv("SPECFRAME_MODELS", str(shared_models))
 
@@ -86,6 +95,33 @@ def shuffled_draft_path(models_dir) -> pathlib.Path:
     """``draft_path``'s model with its tokens under other ids: a draft that needs token mapping."""
     return pathlib.Path(write_synthetic_model(models_dir / "shuffled-draft.gguf", seed=0, noise=0.15, noise_seed=7,
                                               shuffle_vocab=3))
+
+
+@pytest.fixture
+def hf_repo():
+    """``hf_repo(repo, {name: bytes})``: lay files out in the test's Hugging Face cache as huggingface_hub stores a
+    download of them (content-addressed blobs, the snapshot's names as relative links to them, refs/main naming
+    the revision); returns the snapshot folder."""
+    import hashlib
+    import os
+
+    import huggingface_hub.constants
+
+    def lay_out(repo: str, files: dict[str, bytes], revision: str = "0123456789abcdef" * 2 + "01234567"):
+        folder = pathlib.Path(huggingface_hub.constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--"))
+        snapshot = folder / "snapshots" / revision
+        for name, data in files.items():
+            blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            blob.write_bytes(data)
+            link = snapshot / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(blob, link.parent))
+        (folder / "refs").mkdir(exist_ok=True)
+        (folder / "refs" / "main").write_text(revision)
+        return snapshot
+
+    return lay_out
 
 
 @pytest.fixture

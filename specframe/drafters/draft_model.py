@@ -44,7 +44,8 @@ DRAFT_STREAM = 1   # the draft's own random stream (the target samples from stre
 class DraftModelParams(ModelSettings):
     """Its own keys, then the model settings (threads, GPU, KV cache...), which default to the target's."""
 
-    model: str = param(help="catalog name or GGUF path of the draft model", model=True)
+    model: str = param(help="catalog name, Hugging Face reference (hf:OWNER/REPO[:QUANT]) or GGUF path of the "
+                            "draft model", model=True)
     n_max: int = param(16, min=1, max=MAX_DRAFT_TOKENS, help="longest draft")
     n_min: int = param(0, min=0, max=MAX_DRAFT_TOKENS, help="drafts shorter than this are dropped")
     p_min: float = param(0.75, min=0.0, max=1.0, help="stop drafting when the top token is less likely")

@@ -58,7 +58,7 @@ class DrafterEnv:
     n_threads: int                                         # threads for any model the drafter runs
     n_gpu_layers: int                                      # GPU layers for any model the drafter runs
     config_dir: pathlib.Path = field(default_factory=pathlib.Path.cwd)  # relative paths in params are from here
-    resolve_model: Callable[[str], pathlib.Path] = lambda spec: pathlib.Path(spec)  # catalog name or path -> file
+    resolve_model: Callable[[str], pathlib.Path] = lambda spec: pathlib.Path(spec)  # model reference -> file
 
     @property
     def n_vocab(self) -> int:

@@ -8,6 +8,7 @@ perturbs them, which makes a same-vocabulary draft model that mostly agrees with
 from __future__ import annotations
 
 import os
+import pathlib
 import string
 from dataclasses import dataclass
 
@@ -48,8 +49,12 @@ def synthetic_vocab() -> tuple[list[str], list[float], list[int]]:
 
 def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: float = 0.0, noise_seed: int = 1,
                           shape: SyntheticShape = SyntheticShape(), quantize: bool = False,
-                          shuffle_vocab: int | None = None, chat_template: str | None = CHATML_TEMPLATE) -> str:
+                          shuffle_vocab: int | None = None, chat_template: str | None = CHATML_TEMPLATE,
+                          split_max_tensors: int = 0) -> str:
     """Write a random float32 (or Q8_0 when ``quantize``) llama model to ``path``; return the path.
+
+    ``split_max_tensors`` > 0 writes a split model instead, at most that many tensors a part, named as llama.cpp's
+    gguf-split names them (``NAME-00001-of-00003.gguf`` beside ``path``); the first part's path is returned.
 
     ``shuffle_vocab`` (a seed) gives the tokens other ids, moving their weights with them: the same model over
     text, with a vocabulary no draft compatibility check accepts, for token mapping. ``chat_template=None``
@@ -73,7 +78,7 @@ def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: floa
             w += (noise_rng.standard_normal(dims) * scale * noise).astype(np.float32)
         return w
 
-    writer = gguf.GGUFWriter(path, "llama")
+    writer = gguf.GGUFWriter(path, "llama", split_max_tensors=split_max_tensors)
     writer.add_context_length(s.n_ctx)
     writer.add_embedding_length(s.n_embd)
     writer.add_block_count(s.n_layer)
@@ -129,4 +134,4 @@ def write_synthetic_model(path: str | os.PathLike, *, seed: int = 0, noise: floa
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
+    return os.fspath(writer.format_shard_names(pathlib.Path(path))[0])
