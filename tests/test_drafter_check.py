@@ -158,3 +158,19 @@ def test_fake_env_has_a_vocabulary_of_the_given_size():
     assert vocab.n_tokens == 151936 and vocab.piece(151935) == b"<151935>"
     with pytest.raises(ValueError, match="outside the vocabulary"):
         vocab.text(151936)
+
+
+def test_the_draft_model_passes_with_a_real_target(target_path, draft_path):
+    """A drafter that runs a model is checked in an environment with a real target (here the synthetic one)."""
+    from specframe.drafting import DrafterEnv
+    from specframe.llama import Model
+
+    draft_model = load_plugins().drafter_types()["draft-model"].cls
+    target = Model(target_path)
+    try:
+        env = DrafterEnv(target=target, n_ctx=4096, n_threads=1, n_gpu_layers=0)
+        report = assert_drafter_ok(draft_model, draft_model.Params(model=str(draft_path)), env=env,
+                                   short=200, long=2000)
+        assert report.seconds_per_call
+    finally:
+        target.close()
