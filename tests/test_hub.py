@@ -275,7 +275,8 @@ def test_pull_lists_picks_and_downloads_through_huggingface_hub_from_a_local_hub
 
 # --- the command line ----------------------------------------------------------------------------------------
 
-def test_models_list_shows_the_cache_with_sizes(hf_repo, split_model):
+def test_models_list_shows_the_cache_with_sizes(hf_repo, split_model, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECFRAME_MODELS", str(tmp_path / "no-models"))   # the catalog's models: none fetched
     hf_repo("tester/tiny-GGUF", {**split_model, "tiny-F16.gguf": b"\0" * (3 << 19)})
     parts_size = sum(map(len, split_model.values()))
     listed = {m.filename: m for m in cached_models()}
