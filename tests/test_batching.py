@@ -2,6 +2,7 @@
 and on the synthetic float32 model each request's greedy output is the same alone or beside three others."""
 
 import pytest
+from chains import COPYING_DRAFTERS
 from third_party_drafter import THIRD_PARTY
 
 from specframe.config import load_config
@@ -12,14 +13,7 @@ PROMPTS = ["the quick brown fox jumps over the lazy dog and the quick brown fox"
            "one two three four one two three four one two",
            "alpha beta gamma delta alpha beta gamma",
            "hello world, hello world, hello"]
-CHAIN = THIRD_PARTY + """
-[[drafter]]
-type = "prompt-lookup"
-[[drafter]]
-type = "ngram-mod"
-n_match = 3
-n_min = 2
-n_max = 8
+CHAIN = THIRD_PARTY + COPYING_DRAFTERS + """
 [[drafter]]
 type = "draft-model"
 model = "{draft}"

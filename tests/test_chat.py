@@ -9,6 +9,7 @@ import time
 
 import pexpect
 import pytest
+from chains import COPYING_DRAFTERS
 
 from specframe.chat import Template
 from specframe.llama import Model
@@ -49,14 +50,7 @@ def config(write_config, target_path):
         max_tokens = 40
         [speculative]
         adaptive = false
-        [[drafter]]
-        type = "prompt-lookup"
-        [[drafter]]
-        type = "ngram-mod"
-        n_match = 3
-        n_min = 2
-        n_max = 8
-        """)
+        {COPYING_DRAFTERS}""")
 
 
 def chat(config, *options, slow: bool = False) -> pexpect.spawn:

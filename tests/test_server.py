@@ -20,6 +20,7 @@ import time
 import httpx
 import openai
 import pytest
+from chains import COPYING_DRAFTERS
 from prometheus_client.parser import text_string_to_metric_families
 
 from specframe.config import load_config
@@ -96,13 +97,7 @@ max_tokens = 48
 adaptive = false
 [server]
 slots = 4
-[[drafter]]
-type = "prompt-lookup"
-[[drafter]]
-type = "ngram-mod"
-n_match = 3
-n_min = 2
-n_max = 8
+{COPYING_DRAFTERS}
 [[drafter]]
 type = "draft-model"
 model = "{draft_path}"
