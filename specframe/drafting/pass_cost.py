@@ -116,8 +116,9 @@ class PassCost:
     # --- healing ---------------------------------------------------------------------------------------------
 
     def observe(self, n_tokens: int, seconds: float) -> None:
-        """A pass the engine timed. Observations never change the table (a warm-up pass, or one slowed by another
-        process, must not poison it); they only tell when it has gone stale. Noise only ever adds time, so one
+        """A pass the engine timed. A slower pass never changes the table (a warm-up pass, or one slowed by another
+        process, must not poison it); shortly after a measurement a much faster one takes its size's entry, and
+        otherwise observations only tell when the table has gone stale. Noise only ever adds time, so one
         pass much faster than the table proves it wrong, while slower ones must be slow most of the last five."""
         if n_tokens not in self._seconds or self.stale:
             return
