@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
-from specframe.drafting.gain import PROBE_EVERY, Acceptance, CallCost, PassShare, best_cut, expected_tokens, plain_rate
+from specframe.drafting.gain import (
+    PROBE_EVERY,
+    Acceptance,
+    CallCost,
+    DrafterRecord,
+    PassShare,
+    best_cut,
+    expected_tokens,
+    plain_rate,
+)
 from specframe.drafting.pass_cost import PassCost
 
 RNG = np.random.default_rng(0)
@@ -221,3 +230,26 @@ def test_a_shared_pass_is_priced_as_llama_cpp_splits_it():
     gap = PassShare(((0, 1), (2, 1)), mine=0)                                           # 0 and 2 are not consecutive
     assert gap.seconds(XEON, 1) == pytest.approx(2 * XEON.seconds(1))
     assert PassShare().seconds(XEON, 5) == XEON.seconds(5)
+
+
+class Overconfident(DrafterRecord):
+    """Estimates every token of every draft as all but certain, whatever the drafts got right."""
+
+    def p(self, length, run, support=None):
+        return np.full(length, 0.99)
+
+
+def test_a_drafter_whose_estimates_promise_too_much_is_trusted_less(monkeypatch):
+    """Its drafts are always wrong, its estimates say they are right: trusted, they would each cost a long pass for
+    one token; discounted by what its verified drafts delivered, they are held back and decoding runs as plain."""
+    def replay_overconfident():
+        chain = chain_of(Knowing(16, wrong_at=0))
+        chain.entries[0].record = Overconfident()
+        return chain, replay(chain)
+
+    chain, seconds = replay_overconfident()
+    assert chain.entries[0].record.trust < 0.1
+    assert seconds <= plain_seconds() / 0.9
+    monkeypatch.setattr(Overconfident, "verified", lambda self, p, n_accepted: None)   # estimates taken as they are
+    _, blind_seconds = replay_overconfident()
+    assert blind_seconds > 2 * plain_seconds()

@@ -158,6 +158,7 @@ class DrafterChain:
         """The target accepted ``n_accepted`` tokens of the chosen draft and emitted ``emitted`` (those and its own
         next token). Every draft of this step is scored against them."""
         if self._chosen is not None:
+            self._chosen.entry.record.verified(self._chosen.p, n_accepted)
             stats = self._chosen.entry.stats
             stats.accepted_tokens += n_accepted
             stats.accepted_drafts += n_accepted > 0
