@@ -53,6 +53,13 @@ _GENERATION_FLAGS = (
     (("-n", "--max-tokens", "--n-predict"), "generation.max_tokens", "Most tokens to generate."),
     (("--temp", "--temperature"), "sampling.temperature", "Sampling temperature (0: greedy)."),
     (("-s", "--seed"), "sampling.seed", "Sampling seed."),
+    (("--top-k",), "sampling.top_k", "Sample among this many likeliest tokens (0: all)."),
+    (("--top-p",), "sampling.top_p", "Sample among the likeliest tokens that make up this probability."),
+    (("--min-p",), "sampling.min_p", "Drop tokens less likely than this share of the likeliest."),
+    (("--repeat-penalty",), "sampling.repeat_penalty", "Penalty on tokens among the last --repeat-last-n (1: off)."),
+    (("--repeat-last-n",), "sampling.repeat_last_n", "Tokens the penalties look back on (-1: all, 0: off)."),
+    (("--presence-penalty",), "sampling.presence_penalty", "Subtracted from the logits of recent tokens."),
+    (("--frequency-penalty",), "sampling.frequency_penalty", "Subtracted per occurrence among recent tokens."),
 )
 _SERVER_FLAGS = (
     (("--host",), "server.host", "Address to listen on (default 127.0.0.1)."),

@@ -31,7 +31,7 @@ from specframe.llama import Context, ContextFullError, Model, Segment
 from specframe.models import resolve_model
 from specframe.overrides import Layer
 from specframe.results import Generation, GenerationResult, RequestStats
-from specframe.sampling import ACCEPTANCE_MODES, TokenSampler, verify
+from specframe.sampling import ACCEPTANCE_MODES, SAMPLING_KEYS, TokenSampler, verify
 from specframe.sequence import Sequence
 from specframe.trace import Trace
 
@@ -58,6 +58,10 @@ class Engine:
             raise ConfigError(config.where().at(f"target.{exc.key}", exc.problem)) from None
         self.n_threads = self.context.n_threads
         self.vocab = self.model.vocab
+        try:
+            self.sampler({})
+        except ParamError as exc:   # a biased token this vocabulary does not have
+            raise ConfigError(config.where().at(f"sampling.{exc.key}", exc.problem)) from None
         self.calibration = Calibration(self.context, Calibration.identity(self.model.path, self.n_threads,
                                                                           t.n_batch, t),
                                        config.speculative.adaptive)
@@ -108,27 +112,25 @@ class Engine:
         return Generation(lambda generation: self._run(generation, sequence))
 
     def start(self, prompt: np.ndarray, *, slot: int = 0, reuse: bool = False, max_tokens: int | None = None,
-              temperature: float | None = None, top_p: float | None = None, seed: int | None = None,
               speculative: bool = True, stop: Sequence_[str] | None = None, drafters: Sequence_[str] | None = None,
               acceptance: str | None = None, chain: DrafterChain | None = None,
-              trace: Trace | None = None) -> Sequence:
+              trace: Trace | None = None, **sampling: Any) -> Sequence:
         """A new request on sequence ``slot``, to be stepped. With ``reuse``, the prompt's longest prefix that this
         slot's memory still holds from its last request is kept, not evaluated again. ``drafters`` names the
         configured drafters to use for this request, in their chain order (default: all), or ``chain`` gives
         drafters made elsewhere (``chain_of``); ``acceptance`` overrides [speculative] acceptance ("rejection"
-        or "match") when sampling."""
+        or "match") when sampling; other keywords override [sampling] settings (``temperature=0.7``; None keeps
+        the config's)."""
         if prompt.size == 0:
             raise SpecframeError("the prompt is empty")
         n_ctx = self.context.n_ctx
         if prompt.size >= n_ctx:
             raise ContextFullError(f"the prompt has {prompt.size} tokens, more than fit in n_ctx={n_ctx} "
                                    "(raise [target] n_ctx)")
+        sampler = self.sampler(sampling)
         acceptance = acceptance or self.config.speculative.acceptance
         if acceptance not in ACCEPTANCE_MODES:
             raise SpecframeError(f"acceptance {acceptance!r}: expected one of {', '.join(ACCEPTANCE_MODES)}")
-        sampling = self.config.sampling
-        overrides: dict[str, Any] = {"temperature": temperature, "top_p": top_p, "seed": seed}
-        sampling = replace(sampling, **{k: v for k, v in overrides.items() if v is not None})
         if chain is None and speculative and self.config.speculative.enabled:
             chain = self.drafters.chain(drafters, slot)
         cached = self.cached_prefix(slot, prompt) if reuse else 0
@@ -136,10 +138,21 @@ class Engine:
         self._kept[slot] = prompt[:cached]
         sequence = Sequence(seq=slot, prompt=prompt, cached=cached,
                             max_tokens=max_tokens or self.config.generation.max_tokens, n_ctx=n_ctx,
-                            sampler=TokenSampler(sampling), acceptance=acceptance, chain=chain,
+                            sampler=sampler, acceptance=acceptance, chain=chain,
                             stops=list(self.config.generation.stop if stop is None else stop), trace=trace,
                             vocab=self.vocab)
         return sequence
+
+    def sampler(self, overrides: dict[str, Any]) -> TokenSampler:
+        """The target's sampler for a request: the config's [sampling] with ``overrides`` (None keeps a setting);
+        a ParamError names a setting that cannot be honoured."""
+        overrides = {key: value for key, value in overrides.items() if value is not None}
+        for key in overrides:
+            if key not in SAMPLING_KEYS:
+                raise ParamError(key, f"not a sampling setting; expected one of {', '.join(sorted(SAMPLING_KEYS))}")
+        sampler = TokenSampler(replace(self.config.sampling, **overrides))
+        sampler.check_vocabulary(self.vocab.n_tokens)
+        return sampler
 
     def cached_prefix(self, slot: int, prompt: np.ndarray) -> int:
         """How many leading tokens of ``prompt`` sequence ``slot`` holds in memory (never the whole prompt: its
@@ -253,7 +266,7 @@ class Engine:
         """Accept what the target agrees with, roll back the rest; return the tokens kept."""
         stats = s.stats
         stats.n_target_passes += 1
-        n_accepted, emitted = verify(logits, draft.tokens, draft.probs, s.sampler, s.acceptance)
+        n_accepted, emitted = verify(logits, draft.tokens, draft.probs, s.sampler, s.acceptance, s.history)
         if n_accepted < len(draft):
             self.context.truncate(s.n_past + n_accepted + 1, s.seq)
         if len(draft):

@@ -1,5 +1,11 @@
 """Choosing target tokens from logits, and accepting drafts: greedy, sample-and-match, rejection sampling.
 
+Logits are transformed in llama.cpp's order (common/sampling.cpp's default chain): logit bias, then repetition
+penalties over the last ``repeat_last_n`` tokens of the history, then top-k, top-p and min-p (cut at temperature
+1), then temperature. Greedy decoding takes the best token after the bias and the penalties, as llama.cpp's does.
+The penalties depend on the tokens before each position, so a draft's position i is judged after the history and
+the draft's tokens before i: exactly as plain decoding would have judged it, had it emitted those tokens.
+
 Sampling draws one uniform number per emitted token, by inverse CDF, in the order tokens are emitted. So with
 the same seed, sample-and-match emits the same tokens as plain sampling would: acceptance re-uses the draw the
 target would have made anyway. For a drafter without a distribution (q one-hot at its token) that is exactly
@@ -9,18 +15,23 @@ another token with probability proportional to p.
 For drafts that carry their distribution q, rejection sampling (Leviathan et al. 2023, Chen et al. 2023) accepts
 d with probability min(1, p(d) / q(d)), else samples from norm(max(0, p - q)), and after a fully accepted draft
 samples one bonus token from p: the emitted tokens follow the target's distribution exactly, and more draft
-tokens stand than under sample-and-match when q is close to p.
+tokens stand than under sample-and-match when q is close to p. A draft model computes q with the same
+transformations as p (``TokenSampler.adjusted`` and ``candidates`` over the same history).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from specframe.params import INT32_MAX, param
+from specframe.errors import ParamError
+from specframe.params import INT32_MAX, param, within_bounds
 
 ACCEPTANCE_MODES = ("rejection", "match")
+
+
+LOGIT_BIAS_LIMIT = 100.0   # OpenAI's bound: -100 bans a token, 100 all but forces it
 
 
 @dataclass(frozen=True)
@@ -28,11 +39,45 @@ class SamplingParams:
     temperature: float = param(0.0, min=0.0, max=100.0, help="0 = greedy")
     top_k: int = param(40, min=0, max=INT32_MAX, help="0 = whole vocabulary")
     top_p: float = param(0.95, min=0.0, max=1.0)
+    min_p: float = param(0.05, min=0.0, max=1.0, help="drop tokens less likely than this share of the likeliest")
+    repeat_penalty: float = param(1.0, min=0.0, max=100.0,
+                                  help="divide a positive logit (multiply a negative one) of each token among the "
+                                       "last repeat_last_n; 1 = off")
+    repeat_last_n: int = param(64, min=-1, max=INT32_MAX, help="tokens the penalties look back on; -1 = the whole "
+                                                               "history, 0 = penalties off")
+    presence_penalty: float = param(0.0, min=-2.0, max=2.0, help="subtracted from each token among the last "
+                                                                 "repeat_last_n")
+    frequency_penalty: float = param(0.0, min=-2.0, max=2.0, help="subtracted once per occurrence among the last "
+                                                                  "repeat_last_n")
+    logit_bias: dict[str, float] = param({}, help='added to a token\'s logit, by token id: {"15" = -100} bans '
+                                                  f"token 15; each in [-{LOGIT_BIAS_LIMIT:g}, {LOGIT_BIAS_LIMIT:g}]")
     seed: int = param(0, min=0, max=2**64 - 1)
+
+    def __post_init__(self):
+        for key, bias in self.logit_bias.items():
+            if not str(key).isdigit():
+                raise ParamError("logit_bias", f"key {key!r}: expected a token id (a non-negative integer)")
+            if not within_bounds(bias, {"min": -LOGIT_BIAS_LIMIT, "max": LOGIT_BIAS_LIMIT}):
+                raise ParamError("logit_bias", f"token {key}: expected a number in [-{LOGIT_BIAS_LIMIT:g}, "
+                                               f"{LOGIT_BIAS_LIMIT:g}], got {bias!r}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether the tokens before a position change its logits."""
+        return self.repeat_last_n != 0 and (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0
+                                            or self.frequency_penalty != 0.0)
+
+    @property
+    def transforms_logits(self) -> bool:
+        """Whether logits are changed before choosing (a bias or penalties), so a greedy choice is not argmax."""
+        return self.penalized or bool(self.logit_bias)
+
+
+SAMPLING_KEYS = frozenset(f.name for f in fields(SamplingParams))
 
 
 class TokenSampler:
@@ -42,67 +87,111 @@ class TokenSampler:
     def __init__(self, params: SamplingParams, stream: int = 0):
         self.params = params
         self.rng = np.random.default_rng((params.seed, stream))
+        self._bias_ids = np.array([int(k) for k in params.logit_bias], dtype=np.int64)
+        self._bias = np.array(list(params.logit_bias.values()), dtype=np.float32)
 
     @property
     def greedy(self) -> bool:
         return self.params.greedy
 
+    def check_vocabulary(self, n_vocab: int) -> None:
+        """A biased token id must exist in the model's vocabulary."""
+        if self._bias_ids.size and int(self._bias_ids.max()) >= n_vocab:
+            raise ParamError("logit_bias", f"token {int(self._bias_ids.max())} is not in the vocabulary "
+                                           f"(ids 0 to {n_vocab - 1})")
+
+    def window(self, history: np.ndarray) -> np.ndarray:
+        """The tokens the penalties look back on, from the tokens before the position being chosen."""
+        last_n = self.params.repeat_last_n
+        return history if last_n < 0 else history[max(0, len(history) - last_n):]
+
+    def adjusted(self, logits: np.ndarray, history: np.ndarray) -> np.ndarray:
+        """``logits`` after the logit bias and the repetition penalties for a position that follows ``history``
+        (llama.cpp's llama_sampler_penalties); ``logits`` itself when nothing changes it."""
+        params = self.params
+        if not params.transforms_logits:
+            return logits
+        logits = logits.astype(np.float32, copy=True)
+        if self._bias_ids.size:
+            logits[self._bias_ids] += self._bias
+        if params.penalized:
+            ids, counts = np.unique(self.window(history), return_counts=True)
+            ids = ids[ids < logits.size]
+            counts = counts[:ids.size]
+            values = logits[ids]
+            values = np.where(values <= 0, values * params.repeat_penalty, values / params.repeat_penalty)
+            logits[ids] = values - counts * params.frequency_penalty - params.presence_penalty
+        return logits
+
     def candidates(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids (most likely first) and their probabilities after temperature, top-k and top-p."""
+        """Token ids (most likely first) and their probabilities after top-k, top-p and min-p (both measured at
+        temperature 1, as llama.cpp's chain applies temperature last), then temperature."""
         params = self.params
         if 0 < params.top_k < logits.size:
             ids = np.argpartition(logits, -params.top_k)[-params.top_k:]
         else:
             ids = np.arange(logits.size)
-        scaled = logits[ids].astype(np.float64) / params.temperature
-        order = np.argsort(-scaled, kind="stable")
-        ids, scaled = ids[order], scaled[order]
-        weights = np.exp(scaled - scaled[0])
-        probs = weights / weights.sum()
+        raw = logits[ids].astype(np.float64)
+        order = np.argsort(-raw, kind="stable")
+        ids, raw = ids[order], raw[order]
+        keep = ids.size
         if params.top_p < 1.0:
-            keep = int(np.searchsorted(np.cumsum(probs), params.top_p)) + 1
-            ids, probs = ids[:keep], probs[:keep] / probs[:keep].sum()
-        return ids, probs
+            weights = np.exp(raw - raw[0])
+            keep = int(np.searchsorted(np.cumsum(weights / weights.sum()), params.top_p)) + 1
+        if params.min_p > 0.0:
+            keep = min(keep, int(np.count_nonzero(raw >= raw[0] + np.log(params.min_p))))
+        ids, raw = ids[:max(1, keep)], raw[:max(1, keep)]
+        weights = np.exp((raw - raw[0]) / params.temperature)
+        return ids, weights / weights.sum()
 
     def draw(self, ids: np.ndarray, probs: np.ndarray) -> int:
         """One token of a distribution over ``ids``, by inverse CDF with one uniform number."""
         index = int(np.searchsorted(np.cumsum(probs), self.rng.random() * probs.sum(), side="right"))
         return int(ids[min(index, ids.size - 1)])
 
-    def sample(self, logits: np.ndarray) -> int:
-        """One token from one row of logits."""
+    def choose(self, logits: np.ndarray, history: np.ndarray) -> int:
+        """The token for a position after ``history``, from its row of logits: the best one when greedy, else a
+        draw."""
+        logits = self.adjusted(logits, history)
         if self.greedy:
             return int(np.argmax(logits))
         return self.draw(*self.candidates(logits))
 
 
 def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | None, sampler: TokenSampler,
-           acceptance: str = "rejection") -> tuple[int, list[int]]:
+           acceptance: str = "rejection", history: np.ndarray | None = None) -> tuple[int, list[int]]:
     """Accept a prefix of the drafted ``tokens`` from the target's ``logits`` (one row per position, the last
     after the whole draft); return (n_accepted, emitted tokens): the accepted ones plus the target's own token at
-    the first rejection or after a fully accepted draft."""
+    the first rejection or after a fully accepted draft. ``history`` is the tokens before the draft, which the
+    repetition penalties look back on (needed only when they are on)."""
     k = len(tokens)
-    if sampler.greedy:
+    params = sampler.params
+    if sampler.greedy and not params.transforms_logits:
         choices = np.argmax(logits[:k + 1], axis=1)
         mismatch = np.flatnonzero(choices[:k] != tokens)
         n = int(mismatch[0]) if mismatch.size else k
         return n, choices[:n + 1].tolist()
+    before = np.concatenate([sampler.window(np.empty(0, np.int32) if history is None else history),
+                             np.asarray(tokens, dtype=np.int32)]) if params.penalized else np.empty(0, np.int32)
+    n_before = len(before) - k
     rejection_probs = draft_probs if acceptance == "rejection" else None
     emitted = []
     for i in range(k + 1):
-        ids, probs = sampler.candidates(logits[i])
-        if i == k:
-            emitted.append(sampler.draw(ids, probs))
-            return k, emitted
-        if rejection_probs is not None:
-            token, accepted = _reject_or_accept(sampler, ids, probs, int(tokens[i]), rejection_probs[i])
+        row = sampler.adjusted(logits[i], before[:n_before + i])
+        if sampler.greedy:
+            token = int(np.argmax(row))
+            accepted = i < k and token == tokens[i]
         else:
-            token = sampler.draw(ids, probs)
-            accepted = token == tokens[i]
+            ids, probs = sampler.candidates(row)
+            if i < k and rejection_probs is not None:
+                token, accepted = _reject_or_accept(sampler, ids, probs, int(tokens[i]), rejection_probs[i])
+            else:
+                token = sampler.draw(ids, probs)
+                accepted = i < k and token == tokens[i]
         emitted.append(token)
         if not accepted:
             return i, emitted
-    raise AssertionError("unreachable")
+    raise AssertionError("unreachable: the last row is never accepted")
 
 
 def _reject_or_accept(sampler: TokenSampler, ids: np.ndarray, p: np.ndarray, drafted: int,

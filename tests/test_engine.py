@@ -81,6 +81,19 @@ def test_sample_and_match_reproduces_plain_sampling_with_the_same_seed(engine_fo
     assert other.tokens != plain.tokens
 
 
+def test_with_penalties_and_a_bias_greedy_output_changes_and_speculation_keeps_it(engine_for):
+    engine = engine_for(DRAFTERS["whole chain"])
+    unpenalized = engine.generate(PROMPT, speculative=False, raw=True)
+    options = dict(repeat_penalty=1.3, repeat_last_n=32, frequency_penalty=0.2, presence_penalty=0.1,
+                   logit_bias={str(unpenalized.tokens[5]): -2.0})
+    plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True, **options)
+    spec = engine.generate(PROMPT, raw=True, **options)
+    assert plain.tokens != unpenalized.tokens
+    verdict = compare(plain, spec)
+    assert verdict.identical, str(verdict)
+    assert 0 < spec.stats.n_accepted < spec.stats.n_drafted
+
+
 def test_streamed_pieces_make_the_text_and_keep_utf8_whole(engine_for):
     engine = engine_for(DRAFTERS["prompt-lookup"])
     generation = engine.stream(PROMPT, raw=True)

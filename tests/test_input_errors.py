@@ -153,6 +153,20 @@ def test_parameters_a_drafter_cannot_honour_are_config_errors(config_with, monke
     assert str(info.value).startswith(f"{path}: drafter[0] (type 'ngram-mod').pool_size: 1073741824 slots need 4.0 GiB")
 
 
+def test_a_logit_bias_that_names_no_token_is_a_config_error(config_with):
+    not_an_id = config_error(config_with('[sampling]\nlogit_bias = { "the" = 1.0 }'))
+    assert "sampling.logit_bias: key 'the': expected a token id" in not_an_id
+    too_strong = config_error(config_with('[sampling]\nlogit_bias = { "3" = -1e9 }'))
+    assert "sampling.logit_bias: token 3: expected a number in [-100, 100]" in too_strong
+    with Engine.from_config(config_with()) as engine:
+        n_vocab = engine.vocab.n_tokens
+    path = config_with('[sampling]\nlogit_bias = { "99999999" = -100 }')
+    with pytest.raises(ConfigError) as info:
+        Engine.from_config(path)
+    assert str(info.value) == (f"{path}: sampling.logit_bias: token 99999999 is not in the vocabulary (ids 0 to "
+                               f"{n_vocab - 1})")
+
+
 # --- text and paths -------------------------------------------------------------------------------------------------
 
 def test_a_config_that_is_not_utf8_is_named_with_the_bad_byte(tmp_path, target_path):

@@ -77,9 +77,21 @@ def draft_model(config):
     ("-n", "8", lambda c: c.generation.max_tokens),
     ("--temp", "0.7", lambda c: c.sampling.temperature),
     ("-s", "5", lambda c: c.sampling.seed),
+    ("--top-k", "7", lambda c: c.sampling.top_k),
+    ("--top-p", "0.8", lambda c: c.sampling.top_p),
+    ("--min-p", "0.1", lambda c: c.sampling.min_p),
+    ("--repeat-penalty", "1.1", lambda c: c.sampling.repeat_penalty),
+    ("--repeat-last-n", "-1", lambda c: c.sampling.repeat_last_n),
+    ("--presence-penalty", "0.5", lambda c: c.sampling.presence_penalty),
+    ("--frequency-penalty", "-0.5", lambda c: c.sampling.frequency_penalty),
 ])
 def test_each_flag_sets_its_config_key(loaded, config, flag, value, read):
     assert read(loaded("run", "--config", str(config), "-p", "hi", flag, value)) == parse_value(value)
+
+
+def test_a_logit_bias_is_set_as_a_toml_table(loaded, config):
+    read = loaded("run", "--config", str(config), "-p", "hi", "--set", 'sampling.logit_bias={"15" = -100}')
+    assert read.sampling.logit_bias == {"15": -100.0}
 
 
 def test_short_flags_of_one_and_several_letters_parse_together(loaded, config):

@@ -112,7 +112,7 @@ def config_tables() -> dict[str, str]:
 def test_the_config_tables_give_every_key_and_its_default(section):
     text = config_tables().get(section)
     assert text is not None, f"README: no [{section}] in a TOML block"
-    said = dict(re.findall(r"\b(\w+) = (\"[^\"]*\"|\[[^\]]*\]|[-\w.]+)", text))
+    said = dict(re.findall(r"\b(\w+) = (\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[-\w.]+)", text))
     for field in dataclasses.fields(_SECTIONS[section]):
         if field.name in MODEL_SETTINGS:
             continue   # in the model settings' own table

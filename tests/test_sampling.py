@@ -11,6 +11,7 @@ from scipy.stats import chisquare
 import specframe
 import specframe.engine
 from specframe.engine import Engine
+from specframe.errors import ParamError
 from specframe.sampling import SamplingParams, TokenSampler, verify
 
 ALPHA = 1e-3
@@ -72,6 +73,77 @@ def test_the_goodness_of_fit_test_catches_a_lossy_acceptance():
     assert goodness_of_fit(skewed, expected) < ALPHA
 
 
+# --- llama.cpp's chain: bias, penalties, top-k, top-p, min-p, temperature ---------------------------------------
+
+def test_the_bias_and_the_penalties_follow_llama_cpp():
+    """llama_sampler_penalties: a positive logit is divided by the repeat penalty, a negative one multiplied; then
+    the frequency penalty per occurrence and the presence penalty once, over the last repeat_last_n tokens."""
+    params = SamplingParams(temperature=1.0, repeat_penalty=2.0, repeat_last_n=4, frequency_penalty=0.5,
+                            presence_penalty=0.25, logit_bias={"0": -1.0, "5": 3.0})
+    logits = np.array([4.0, -2.0, 1.0, 3.0, 0.0, -1.0], dtype=np.float32)
+    history = np.array([3, 3, 0, 1, 1, 2], dtype=np.int32)      # the window is the last four: 0, 1, 1, 2
+    adjusted = TokenSampler(params).adjusted(logits, history)
+    assert adjusted == pytest.approx([(4 - 1) / 2 - 0.5 - 0.25,      # biased first, then penalised once
+                                      -2 * 2 - 2 * 0.5 - 0.25,       # negative: multiplied; twice in the window
+                                      1 / 2 - 0.5 - 0.25,
+                                      3.0,                           # only before the window
+                                      0.0,
+                                      -1 + 3.0])                     # biased, never seen
+    assert logits[0] == 4.0                                          # the model's own logits stay as they were
+    off = SamplingParams(temperature=1.0, repeat_penalty=2.0, repeat_last_n=0)
+    assert TokenSampler(off).adjusted(logits, history) is logits
+    whole = TokenSampler(SamplingParams(repeat_penalty=2.0, repeat_last_n=-1)).adjusted(logits, history)
+    assert whole[3] == pytest.approx(1.5)                            # -1: the whole history
+
+
+def test_top_p_and_min_p_cut_at_temperature_one_and_temperature_comes_last():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05])).astype(np.float32)
+    hot = TokenSampler(SamplingParams(temperature=5.0, top_k=0, top_p=0.8, min_p=0.0))
+    ids, probs = hot.candidates(logits)
+    assert list(ids) == [0, 1]                                       # 0.5 + 0.3 >= 0.8, whatever the temperature
+    assert probs == pytest.approx(np.array([0.5, 0.3]) ** 0.2 / (np.array([0.5, 0.3]) ** 0.2).sum())
+    min_p = TokenSampler(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.25))
+    assert list(min_p.candidates(logits)[0]) == [0, 1, 2]             # 0.05 < 0.25 * 0.5 <= 0.15
+
+
+def test_greedy_takes_the_best_token_after_the_bias_and_the_penalties():
+    logits = np.array([1.0, 2.0, 1.5], dtype=np.float32)
+    history = np.array([1], dtype=np.int32)
+    assert TokenSampler(SamplingParams()).choose(logits, history) == 1
+    assert TokenSampler(SamplingParams(repeat_penalty=1.5)).choose(logits, history) == 2     # 2 / 1.5 < 1.5
+    assert TokenSampler(SamplingParams(logit_bias={"0": 5.0})).choose(logits, history) == 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_each_draft_position_is_judged_after_the_draft_tokens_before_it(temperature):
+    """Verifying a draft at once emits what choosing one position at a time would, the history growing by each
+    token: the penalties see the draft's earlier tokens."""
+    rng = np.random.default_rng(3)
+    params = SamplingParams(temperature=temperature, top_k=0, repeat_penalty=3.0, frequency_penalty=1.0,
+                            presence_penalty=0.5, repeat_last_n=8, logit_bias={"2": 0.5}, seed=9)
+    for _ in range(200):
+        history = rng.integers(0, 12, size=10).astype(np.int32)
+        logits = rng.normal(0, 2, size=(5, 12)).astype(np.float32)
+        one_by_one, tokens = TokenSampler(params), []
+        for row in logits:
+            tokens.append(one_by_one.choose(row, np.concatenate([history, np.array(tokens, np.int32)])))
+        draft = np.array(tokens[:4], dtype=np.int32)
+        draft[rng.integers(0, 5):] += 1          # wrong from a random position on (or never)
+        draft %= 12
+        n, emitted = verify(logits, draft, None, TokenSampler(params), "match", history)
+        assert emitted == tokens[:n + 1]
+        assert n == next((i for i in range(4) if draft[i] != tokens[i]), 4)
+
+
+def test_a_logit_bias_names_token_ids_within_bounds():
+    with pytest.raises(ParamError, match="key 'x': expected a token id"):
+        SamplingParams(logit_bias={"x": 1.0})
+    with pytest.raises(ParamError, match=r"token 3: expected a number in \[-100, 100\], got 101"):
+        SamplingParams(logit_bias={"3": 101})
+    with pytest.raises(ParamError, match=r"token 12 is not in the vocabulary \(ids 0 to 11\)"):
+        TokenSampler(SamplingParams(logit_bias={"12": 1.0})).check_vocabulary(12)
+
+
 # --- whole generations on a synthetic model ---------------------------------------------------------------------
 
 SAMPLING = dict(temperature=1.0, top_k=3, top_p=1.0)
@@ -101,10 +173,10 @@ p_min = 0.0
         yield engine
 
 
-def exact_distribution(engine: Engine) -> dict:
+def exact_distribution(engine: Engine, settings: dict) -> dict:
     """Every sequence of LENGTH tokens (or ending in end-of-generation) and its probability under the target,
     from one-token-at-a-time evaluation."""
-    sampler = TokenSampler(SamplingParams(**SAMPLING))
+    sampler = TokenSampler(SamplingParams(**SAMPLING, **settings))
     prompt = engine.prompt_tokens(PROMPT, raw=True)
     context = engine.context
     result = {}
@@ -114,8 +186,9 @@ def exact_distribution(engine: Engine) -> dict:
             result[tuple(t for t in prefix if not engine.vocab.is_eog(t))] = probability
             return
         context.clear()
-        logits = context.decode(np.concatenate([prompt, np.array(prefix, dtype=np.int32)]), 0)[-1]
-        for token, p in zip(*sampler.candidates(logits)):
+        history = np.concatenate([prompt, np.array(prefix, dtype=np.int32)])
+        logits = context.decode(history, 0)[-1]
+        for token, p in zip(*sampler.candidates(sampler.adjusted(logits, history))):
             expand(prefix + (int(token),), probability * float(p))
 
     expand((), 1.0)
@@ -135,15 +208,30 @@ def sampled(engine: Engine, n: int, max_tokens: int = LENGTH, **options) -> tupl
 
 @pytest.fixture(scope="module")
 def exact(engine):
-    distribution = exact_distribution(engine)
+    distribution = exact_distribution(engine, {})
     assert sum(distribution.values()) == pytest.approx(1.0)
     assert len(distribution) >= 9                   # a test over a real spread of sequences
     return distribution
 
 
+@pytest.fixture(scope="module")
+def every_transformation(engine, exact):
+    """Settings that use every step of llama.cpp's chain, the favourite first token biased down, and the exact
+    distribution under them (a different one: each step changes it)."""
+    favourite = max(exact, key=exact.get)[0]
+    settings = dict(min_p=0.2, repeat_penalty=1.6, repeat_last_n=6, presence_penalty=0.4, frequency_penalty=0.3,
+                    logit_bias={str(favourite): -1.5})
+    distribution = exact_distribution(engine, settings)
+    assert sum(distribution.values()) == pytest.approx(1.0) and len(distribution) >= 9
+    assert max(abs(distribution.get(k, 0.0) - exact.get(k, 0.0)) for k in distribution | exact) > 0.02
+    return settings, distribution
+
+
+SPECULATION = [dict(speculative=False), dict(acceptance="rejection"), dict(acceptance="match")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [dict(speculative=False), dict(acceptance="rejection"),
-                                     dict(acceptance="match")], ids=["plain", "rejection", "match"])
+@pytest.mark.parametrize("options", SPECULATION, ids=["plain", "rejection", "match"])
 def test_generated_sequences_follow_the_target_distribution(engine, exact, options):
     counts, rate = sampled(engine, 2000, **options)
     assert goodness_of_fit(counts, exact) > ALPHA, counts
@@ -152,11 +240,23 @@ def test_generated_sequences_follow_the_target_distribution(engine, exact, optio
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("options", SPECULATION, ids=["plain", "rejection", "match"])
+def test_with_bias_penalties_and_min_p_generated_sequences_follow_the_target_distribution(engine, options,
+                                                                                        every_transformation):
+    settings, distribution = every_transformation
+    counts, rate = sampled(engine, 2000, **options, **settings)
+    assert goodness_of_fit(counts, distribution) > ALPHA, counts
+    if options.get("speculative", True):
+        assert rate > 0.2, "drafts were hardly accepted: the test would not exercise acceptance"
+
+
+@pytest.mark.slow
 def test_a_lossy_acceptance_is_caught(engine, exact, monkeypatch):
     """Accepting every draft token (emitting the draft's distribution) must fail the same test."""
 
-    def accept_everything(logits, tokens, draft_probs, sampler, acceptance="rejection"):
-        return len(tokens), [int(t) for t in tokens] + [sampler.sample(logits[len(tokens)])]
+    def accept_everything(logits, tokens, draft_probs, sampler, acceptance="rejection", history=None):
+        last = sampler.choose(logits[len(tokens)], np.concatenate([history, tokens]))
+        return len(tokens), [int(t) for t in tokens] + [last]
 
     monkeypatch.setattr(specframe.engine, "verify", accept_everything)
     counts, _ = sampled(engine, 2000, acceptance="rejection")

@@ -187,6 +187,10 @@ def test_completions_continue_a_raw_prompt(server, config_path):
     ({"temperature": -1}, "temperature"),
     ({"n": 2}, "n"),
     ({"top_p": 1.5}, "top_p"),
+    ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"extra_body": {"min_p": -0.1}}, "min_p"),
+    ({"logit_bias": {"x": 1}}, "logit_bias"),
+    ({"logit_bias": {"99999999": 1}}, "logit_bias"),
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
 ])
@@ -331,18 +335,23 @@ def test_a_client_that_gives_up_on_a_whole_answer_cancels_it(one_slot_config):
 
 
 def test_sampling_options_and_max_completion_tokens_behave_as_in_run(one_slot_config):
-    options = {"temperature": 0.9, "top_p": 0.8, "seed": 11}
+    options = {"temperature": 0.9, "top_p": 0.8, "seed": 11, "presence_penalty": 0.5, "frequency_penalty": 0.3,
+               "logit_bias": {"5": 2.0}}
+    llama_server_options = {"top_k": 8, "min_p": 0.1, "repeat_penalty": 1.2, "repeat_last_n": 16}
     with Engine.from_config(one_slot_config) as engine:
-        reference = [engine.generate(PROMPTS[2], max_tokens=24, **options | {"seed": seed}).text for seed in (11, 12)]
+        reference = [engine.generate(PROMPTS[2], max_tokens=24, **options | llama_server_options | {"seed": seed}).text
+                     for seed in (11, 12)]
+        unpenalized = engine.generate(PROMPTS[2], max_tokens=24, temperature=0.9, top_p=0.8, seed=11).text
     with serving(one_slot_config) as running:
         client = running.client()
         messages = [{"role": "user", "content": PROMPTS[2]}]
         sampled = [client.chat.completions.create(model="target", messages=messages, max_tokens=24,
+                                                  extra_body=llama_server_options,
                                                   **options | {"seed": seed}).choices[0].message.content
                    for seed in (11, 12)]
         capped = client.chat.completions.create(model="target", messages=messages, temperature=0, max_tokens=30,
                                                 max_completion_tokens=5)
-    assert sampled == reference and reference[0] != reference[1]
+    assert sampled == reference and reference[0] != reference[1] and unpenalized != reference[0]
     assert capped.usage.completion_tokens == 5 and capped.choices[0].finish_reason == "length"
 
 

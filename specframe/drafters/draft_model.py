@@ -8,8 +8,8 @@ model and one context, a sequence per slot, each slot's drafter mirroring its ow
 
 Drafting takes the top token while its probability is at least ``p_min``, up to ``n_max`` tokens; drafts
 shorter than ``n_min`` are dropped. When the engine accepts by rejection sampling (``begin`` is given the sampling
-settings), the draft samples its tokens with the target's temperature / top-k / top-p instead and returns their
-distributions.
+settings), the draft samples its tokens with the target's settings instead (logit bias, penalties over the same
+history, top-k / top-p / min-p, temperature) and returns their distributions.
 
 Vocabularies: llama.cpp's compatibility check decides. A compatible draft drafts token ids directly; any other
 drafts through text (drafting/token_mapping.py), with the ``replace`` table turning target text into the draft's
@@ -131,7 +131,7 @@ class DraftModelDrafter(Drafter):
             return NO_DRAFT
         logits = self._sync(tokens, unchanged)
         drafted: list[int] | np.ndarray
-        drafted, probs, ended = self._generate(logits, length, wanted)
+        drafted, probs, ended = self._generate(logits, tokens, wanted)
         if self.mapping is not None:
             drafted = self.mapping.back(drafted, history, min(n_max, self.params.n_max), complete=ended)
         if len(drafted) < max(1, self.params.n_min):
@@ -148,17 +148,22 @@ class DraftModelDrafter(Drafter):
             return self.mapping.update(history)
         return history, self._n_synced if len(history) >= self._n_synced else 0
 
-    def _generate(self, logits: np.ndarray, position: int, n: int) -> tuple[list[int], np.ndarray | None, bool]:
-        """Draft up to ``n`` tokens from ``logits`` on; return them, their distributions when sampled, and
-        whether the draft ended the turn."""
+    def _generate(self, logits: np.ndarray, history: np.ndarray, n: int) -> tuple[list[int], np.ndarray | None,
+                                                                                  bool]:
+        """Draft up to ``n`` tokens from ``logits``, which follow ``history``; return them, their distributions
+        when sampled (after the target's bias and penalties, over the history and the tokens drafted before
+        each), and whether the draft ended the turn."""
         sampler = self._sampler
+        position = len(history)
         tokens: list[int] = []
         probs = np.zeros((n, self._n_target_vocab), dtype=np.float32) if sampler else None
+        recent = np.concatenate([sampler.window(history), np.empty(n, np.int32)]) if sampler else history[:0]
+        n_recent = len(recent) - n
         ended = False
         while len(tokens) < n:
             logits = logits[:self._n_target_vocab]        # a draft vocabulary may be a little larger
             if sampler is not None:
-                ids, p = sampler.candidates(logits)
+                ids, p = sampler.candidates(sampler.adjusted(logits, recent[:n_recent + len(tokens)]))
                 top = float(p[0])
                 token = sampler.draw(ids, p)
             else:
@@ -168,6 +173,8 @@ class DraftModelDrafter(Drafter):
                 break
             if probs is not None:
                 probs[len(tokens), ids] = p
+            if sampler is not None:
+                recent[n_recent + len(tokens)] = token
             tokens.append(token)
             if self.model.vocab.is_eog(token):
                 ended = True

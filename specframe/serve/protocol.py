@@ -1,6 +1,8 @@
 """The OpenAI API as specframe serves it: request bodies (validated by pydantic) and the responses built for them.
 
-Fields clients commonly send and specframe has no use for (``user``, ``frequency_penalty``, ...) are ignored;
+Sampling fields are OpenAI's and llama-server's (``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``), with
+[sampling]'s meanings and bounds. Fields clients commonly send and specframe has no use for (``user``, ...) are
+ignored;
 fields it cannot honour are refused with a 400 that names them (``n`` above 1). Responses carry llama-server's
 ``timings`` and specframe's per-drafter counters (``drafters``) beside OpenAI's fields.
 """
@@ -13,7 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specframe.params import INT32_MAX
 from specframe.results import GenerationResult
+from specframe.sampling import SAMPLING_KEYS
 
 # How a request ended, as OpenAI names it: the model finished (or a stop string), or the answer was cut short.
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length",
@@ -49,6 +53,13 @@ class _Request(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=100.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0, le=INT32_MAX)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repeat_penalty: float | None = Field(None, ge=0.0, le=100.0)
+    repeat_last_n: int | None = Field(None, ge=-1, le=INT32_MAX)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None
     seed: int | None = Field(None, ge=0, le=2**64 - 1)
     stop: str | list[str] | None = None
     stream: bool = False
@@ -65,8 +76,8 @@ class _Request(BaseModel):
 
     def options(self) -> dict:
         """The engine's options for this request; None leaves the config's."""
-        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
-                "seed": self.seed, "stop": self.stops}
+        sampling = {key: getattr(self, key) for key in SAMPLING_KEYS}
+        return sampling | {"max_tokens": self.max_tokens, "stop": self.stops}
 
 
 class ChatCompletionRequest(_Request):

@@ -26,8 +26,9 @@ import numpy as np
 
 from specframe.config import Config
 from specframe.engine import Engine
-from specframe.errors import SpecframeError
+from specframe.errors import ParamError, SpecframeError
 from specframe.results import GenerationResult
+from specframe.sampling import SAMPLING_KEYS
 from specframe.sequence import Sequence
 from specframe.serve.metrics import Metrics
 from specframe.stats_text import format_stats
@@ -193,6 +194,10 @@ class Scheduler:
                 return False
             try:
                 tokens = self._tokens(engine, job)
+                engine.sampler({k: v for k, v in job.options.items() if k in SAMPLING_KEYS})
+            except ParamError as exc:    # a setting the model cannot honour: a biased token it does not have
+                self._refuse(job, Rejected(400, str(exc), exc.key))
+                continue
             except _Refusal as refusal:
                 self._refuse(job, refusal.event)
                 continue
