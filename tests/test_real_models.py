@@ -77,9 +77,10 @@ def test_qwen_answers_the_example_prompt_from_the_cli():
 
 
 def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_config):
-    """A stored table that says every pass over k tokens costs 1.5 k single passes (possible, so it loads, but no
-    draft would ever pay): the next run verifies a likely draft anyway, sees the pass is far cheaper, measures
-    the table again and speculates."""
+    """A stored table that says every pass costs twice what it does, up to 1.5 k single passes for k tokens
+    (possible, so it loads, but no draft would pay): the next run verifies a likely draft anyway, sees the pass is
+    far cheaper, measures the table again and speculates. (Poisoned by a factor of the real costs, not as 1.5 k
+    on every CPU: where a pass over k tokens really costs nearly k single ones, 1.5 k is hardly wrong.)"""
     config = write_config("""
         [target]
         model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -90,15 +91,18 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
         type = "ngram-simple"
         """)
     with Engine.from_config(config) as engine:
-        single = engine.calibrate().seconds(1)
-        engine.pass_cost_store.path.write_text(PassCost({n: 1.5 * n * single for n in range(1, 18)},
-                                                        measured_at=time.time(), other_load=0.0).to_json())
+        real = engine.calibrate()
+        single = real.seconds(1)
+        poisoned = PassCost({n: min(2 * real.seconds(n), 1.5 * n * single) if n > 1 else single
+                             for n in range(1, 18)}, measured_at=time.time(), other_load=0.0)
+        engine.pass_cost_store.path.write_text(poisoned.to_json())
     with Engine.from_config(config) as engine:
         result = engine.generate(workload("code-editing").prompt, max_tokens=200)
-        assert result.stats.calibration_seconds > 0 and engine.pass_cost.seconds(16) < 12 * single
+        healed = engine.pass_cost.seconds(16)
+        assert result.stats.calibration_seconds > 0 and healed < 0.75 * poisoned.seconds(16)
         assert result.stats.n_accepted > 20, result.stats.as_dict()
         stored = engine.pass_cost_store.load()      # the healed table, or none where the CPU was too busy to store it
-        assert stored is None or stored.seconds(16) < 12 * single
+        assert stored is None or stored.seconds(16) < 0.75 * poisoned.seconds(16)
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused_without_token_mapping(write_config):
