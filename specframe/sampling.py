@@ -21,6 +21,7 @@ transformations as p (``TokenSampler.adjusted`` and ``candidates`` over the same
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -31,6 +32,7 @@ from specframe.params import INT32_MAX, param, within_bounds
 ACCEPTANCE_MODES = ("rejection", "match")
 
 
+NO_TOKENS = np.empty(0, dtype=np.int32)
 LOGIT_BIAS_LIMIT = 100.0   # OpenAI's bound: -100 bans a token, 100 all but forces it
 
 
@@ -100,14 +102,11 @@ class TokenSampler:
             raise ParamError("logit_bias", f"token {int(self._bias_ids.max())} is not in the vocabulary "
                                            f"(ids 0 to {n_vocab - 1})")
 
-    def window(self, history: np.ndarray) -> np.ndarray:
-        """The tokens the penalties look back on, from the tokens before the position being chosen."""
-        last_n = self.params.repeat_last_n
-        return history if last_n < 0 else history[max(0, len(history) - last_n):]
-
-    def adjusted(self, logits: np.ndarray, history: np.ndarray) -> np.ndarray:
-        """``logits`` after the logit bias and the repetition penalties for a position that follows ``history``
-        (llama.cpp's llama_sampler_penalties); ``logits`` itself when nothing changes it."""
+    def adjusted(self, logits: np.ndarray, history: np.ndarray,
+                 drafted: np.ndarray | Sequence[int] = NO_TOKENS) -> np.ndarray:
+        """``logits`` after the logit bias and the repetition penalties (llama.cpp's llama_sampler_penalties) for
+        the position that follows ``history`` and then ``drafted`` (draft tokens not in the history yet);
+        ``logits`` itself when nothing changes it."""
         params = self.params
         if not params.transforms_logits:
             return logits
@@ -115,13 +114,21 @@ class TokenSampler:
         if self._bias_ids.size:
             logits[self._bias_ids] += self._bias
         if params.penalized:
-            ids, counts = np.unique(self.window(history), return_counts=True)
+            ids, counts = np.unique(self._window(history, drafted), return_counts=True)
             ids = ids[ids < logits.size]
             counts = counts[:ids.size]
             values = logits[ids]
             values = np.where(values <= 0, values * params.repeat_penalty, values / params.repeat_penalty)
             logits[ids] = values - counts * params.frequency_penalty - params.presence_penalty
         return logits
+
+    def _window(self, history: np.ndarray, drafted: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The tokens the penalties look back on: the last ``repeat_last_n`` of the history and then the drafted
+        ones (all of them for -1), without joining the whole history."""
+        last_n = self.params.repeat_last_n
+        recent = history if last_n < 0 else history[max(0, len(history) - last_n):]
+        recent = np.concatenate([recent, np.asarray(drafted, dtype=np.int32)])
+        return recent if last_n < 0 else recent[max(0, len(recent) - last_n):]
 
     def candidates(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Token ids (most likely first) and their probabilities after top-k, top-p and min-p (both measured at
@@ -159,25 +166,21 @@ class TokenSampler:
 
 
 def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | None, sampler: TokenSampler,
-           acceptance: str = "rejection", history: np.ndarray | None = None) -> tuple[int, list[int]]:
+           acceptance: str = "rejection", history: np.ndarray = NO_TOKENS) -> tuple[int, list[int]]:
     """Accept a prefix of the drafted ``tokens`` from the target's ``logits`` (one row per position, the last
     after the whole draft); return (n_accepted, emitted tokens): the accepted ones plus the target's own token at
     the first rejection or after a fully accepted draft. ``history`` is the tokens before the draft, which the
     repetition penalties look back on (needed only when they are on)."""
     k = len(tokens)
-    params = sampler.params
-    if sampler.greedy and not params.transforms_logits:
+    if sampler.greedy and not sampler.params.transforms_logits:
         choices = np.argmax(logits[:k + 1], axis=1)
         mismatch = np.flatnonzero(choices[:k] != tokens)
         n = int(mismatch[0]) if mismatch.size else k
         return n, choices[:n + 1].tolist()
-    before = np.concatenate([sampler.window(np.empty(0, np.int32) if history is None else history),
-                             np.asarray(tokens, dtype=np.int32)]) if params.penalized else np.empty(0, np.int32)
-    n_before = len(before) - k
     rejection_probs = draft_probs if acceptance == "rejection" else None
     emitted = []
     for i in range(k + 1):
-        row = sampler.adjusted(logits[i], before[:n_before + i])
+        row = sampler.adjusted(logits[i], history, tokens[:i])
         if sampler.greedy:
             token = int(np.argmax(row))
             accepted = i < k and token == tokens[i]

@@ -157,13 +157,11 @@ class DraftModelDrafter(Drafter):
         position = len(history)
         tokens: list[int] = []
         probs = np.zeros((n, self._n_target_vocab), dtype=np.float32) if sampler else None
-        recent = np.concatenate([sampler.window(history), np.empty(n, np.int32)]) if sampler else history[:0]
-        n_recent = len(recent) - n
         ended = False
         while len(tokens) < n:
             logits = logits[:self._n_target_vocab]        # a draft vocabulary may be a little larger
             if sampler is not None:
-                ids, p = sampler.candidates(sampler.adjusted(logits, recent[:n_recent + len(tokens)]))
+                ids, p = sampler.candidates(sampler.adjusted(logits, history, tokens))
                 top = float(p[0])
                 token = sampler.draw(ids, p)
             else:
@@ -173,8 +171,6 @@ class DraftModelDrafter(Drafter):
                 break
             if probs is not None:
                 probs[len(tokens), ids] = p
-            if sampler is not None:
-                recent[n_recent + len(tokens)] = token
             tokens.append(token)
             if self.model.vocab.is_eog(token):
                 ended = True
