@@ -227,23 +227,17 @@ def every_transformation(engine, exact):
     return settings, distribution
 
 
-SPECULATION = [dict(speculative=False), dict(acceptance="rejection"), dict(acceptance="match")]
+@pytest.fixture(scope="module", params=["temperature and top-k", "bias, penalties and min-p"])
+def target(request, exact):
+    """Sampling settings beyond the config's and the exact distribution under them."""
+    return ({}, exact) if request.param == "temperature and top-k" else request.getfixturevalue("every_transformation")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", SPECULATION, ids=["plain", "rejection", "match"])
-def test_generated_sequences_follow_the_target_distribution(engine, exact, options):
-    counts, rate = sampled(engine, 2000, **options)
-    assert goodness_of_fit(counts, exact) > ALPHA, counts
-    if options.get("speculative", True):
-        assert rate > 0.2, "drafts were hardly accepted: the test would not exercise acceptance"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("options", SPECULATION, ids=["plain", "rejection", "match"])
-def test_with_bias_penalties_and_min_p_generated_sequences_follow_the_target_distribution(engine, options,
-                                                                                        every_transformation):
-    settings, distribution = every_transformation
+@pytest.mark.parametrize("options", [dict(speculative=False), dict(acceptance="rejection"),
+                                     dict(acceptance="match")], ids=["plain", "rejection", "match"])
+def test_generated_sequences_follow_the_target_distribution(engine, target, options):
+    settings, distribution = target
     counts, rate = sampled(engine, 2000, **options, **settings)
     assert goodness_of_fit(counts, distribution) > ALPHA, counts
     if options.get("speculative", True):

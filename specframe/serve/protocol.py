@@ -2,9 +2,8 @@
 
 Sampling fields are OpenAI's and llama-server's (``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``), with
 [sampling]'s meanings and bounds. Fields clients commonly send and specframe has no use for (``user``, ...) are
-ignored;
-fields it cannot honour are refused with a 400 that names them (``n`` above 1). Responses carry llama-server's
-``timings`` and specframe's per-drafter counters (``drafters``) beside OpenAI's fields.
+ignored; fields it cannot honour are refused with a 400 that names them (``n`` above 1). Responses carry
+llama-server's ``timings`` and specframe's per-drafter counters (``drafters``) beside OpenAI's fields.
 """
 
 from __future__ import annotations
