@@ -5,6 +5,9 @@ Q4_0 and IQ4_NL weights into its fastest matrix kernels, but K-quants only when 
 super-blocks: the 0.5B Qwen draft (hidden size 896) falls back to Q5_0 and Q8_0 there, which are not repacked.
 Re-quantized into Q4_0 it drafts faster. Only the draft changes: the target verifies every token, so the output is
 the target's whatever the draft.
+
+A model in the models folder is re-quantized beside it (``requantized/``), where whoever shares that folder finds
+it; any other file into specframe's cache, so that a private cache (a test's) never writes the shared folder.
 """
 
 from __future__ import annotations
@@ -15,15 +18,14 @@ import os
 import pathlib
 
 from specframe.files import atomic_write, locked
-from specframe.paths import models_dir
+from specframe.paths import cache_dir, models_dir
 
 
 def requantized(source: pathlib.Path, quant_type: str, threads: int = 0) -> pathlib.Path:
     """``source`` re-quantized into ``quant_type`` (see specframe.llama.quantize.QUANT_TYPES), made on first use."""
     from specframe.llama.quantize import quantize
 
-    folder = models_dir() / "requantized"
-    destination = folder / f"{source.stem}.{source_hash(source)[:16]}.{quant_type}.gguf"
+    destination = _folder(source) / f"{source.stem}.{source_hash(source)[:16]}.{quant_type}.gguf"
     if destination.is_file():
         return destination
     with locked(destination):
@@ -41,7 +43,7 @@ def source_hash(path: pathlib.Path) -> str:
     """The sha256 of a file, remembered beside the cache by path, size and modification time."""
     stat = path.stat()
     identity = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-    memo = models_dir() / "requantized" / "source-hashes.json"
+    memo = _folder(path) / "source-hashes.json"
     try:
         known = json.loads(memo.read_text())
     except (OSError, ValueError):
@@ -59,3 +61,10 @@ def source_hash(path: pathlib.Path) -> str:
             known[identity] = digest.hexdigest()
             atomic_write(memo, json.dumps(known, indent=1).encode())
     return known[identity]
+
+
+def _folder(source: pathlib.Path) -> pathlib.Path:
+    """Where re-quantized copies of ``source`` (and its remembered hash) go: beside the models folder's models,
+    in specframe's cache for any other file."""
+    shared = models_dir().resolve()
+    return (shared if source.resolve().is_relative_to(shared) else cache_dir()) / "requantized"

@@ -11,18 +11,15 @@ import pytest
 from specframe.testing.synthetic import write_synthetic_model
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path_factory, monkeypatch):
-    """Every test gets an empty cache of its own (pass-cost tables, n-gram caches...): no test reads or writes the
-    user's. Only the libllama build and the real models are shared, read-only, from the user's cache. Hugging Face
-    is offline, with an empty cache of its own, here and in the processes tests start."""
+def _isolate(monkeypatch: pytest.MonkeyPatch, cache: pathlib.Path) -> None:
+    """Point specframe's cache and Hugging Face's at ``cache``, keeping the user's libllama build and real models
+    (shared, read-only), here and in the processes tests start."""
     import huggingface_hub.constants
 
     from specframe.llama import library_prefix
     from specframe.paths import models_dir
 
     shared_build, shared_models = library_prefix(), models_dir()
-    cache = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("SPECFRAME_CACHE", str(cache))
     monkeypatch.setenv("HF_HOME", str(cache / "huggingface"))
     monkeypatch.setenv("HF_HUB_CACHE", str(cache / "huggingface" / "hub"))
@@ -31,6 +28,23 @@ def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("SPECFRAME_LLAMA_PREFIX", str(shared_build))
     monkeypatch.setenv("SPECFRAME_MODELS", str(shared_models))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory):
+    """A cache for what module- and session-scoped fixtures make (an engine, a server): they are set up before any
+    test's own cache, and must not write the user's either."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _isolate(monkeypatch, tmp_path_factory.mktemp("session-cache"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def private_cache(session_cache, tmp_path_factory, monkeypatch):
+    """Every test gets an empty cache of its own (pass-cost tables, n-gram caches...): no test reads or writes the
+    user's. Only the libllama build and the real models are shared, read-only, from the user's cache. Hugging Face
+    is offline, with an empty cache of its own."""
+    _isolate(monkeypatch, tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(autouse=True)

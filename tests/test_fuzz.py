@@ -410,7 +410,9 @@ def test_stored_pass_cost_tables_are_loaded_only_when_they_can_be_true(content, 
 @fuzz(40)
 @given(content=hostile_tables.map(table_text) | mutated_tables)
 def test_an_engine_handed_any_stored_table_decodes_the_same(content, adaptive_engine):
-    adaptive_engine.pass_cost_store.path.write_bytes(content)
+    path = adaptive_engine.pass_cost_store.path
+    path.parent.mkdir(parents=True, exist_ok=True)   # the engine may not have stored a table of its own yet
+    path.write_bytes(content)
     adaptive_engine.pass_cost.__init__()     # forget the table in hand (shared with the drafters): the next request
                                              # reads the store, as a new process would
     result = adaptive_engine.generate("the quick brown fox", raw=True, max_tokens=8, drafters=["prompt-lookup"])
