@@ -12,7 +12,7 @@ off. Hence:
   than k single passes. A table that breaks them is impossible: it is measured again, and never stored or loaded.
 - **Healing.** The engine reports every pass it times. When the recent passes, whatever their sizes, take more
   than half again what the table says (the median of their ratios to it over the last few), or one takes less than
-  two thirds of it, the table is stale (other load, another power state, a poisoned file) and the engine measures
+  four fifths of it, the table is stale (other load, another power state, a poisoned file) and the engine measures
   it again. Ratios pooled over sizes find a table that is too cheap within a few drafts even when every draft has
   another length. A table this process measured is not measured again for ``REMEASURE_AFTER_SECONDS``: a
   measurement stalls every request for seconds, and a machine that merely got slower keeps the table's shape,
@@ -44,7 +44,9 @@ AGREEMENT = 0.15                     # two samples of a size agree when within 1
 MAX_ROUNDS = 5
 FLOOR_SLACK = 0.85                   # t(k) >= 0.85 t(1): a bigger pass never costs less than a single token's
 CEILING_SLACK = 1.5                  # t(k) <= 1.5 k t(1): nor more than k single passes, with slack
-DRIFT = 1.5                          # observed / table beyond this factor (either way) means the table is stale
+DRIFT = 1.5                          # passes slower than the table by this factor, most of the last few: stale
+FASTER = 1.25                        # one pass faster than the table by this factor: stale (noise only adds time,
+                                     # and loop passes run ~10% slower than measured ones, so it is never noise)
 DRIFT_WINDOW = 5                     # the last passes (any sizes) whose median ratio to the table is compared
 REMEASURE_AFTER_SECONDS = 300.0      # after a measurement here, no other for this long: one costs ~20 s of
                                      # every request's time, and a slowdown of every size alike changes no choice
@@ -126,12 +128,12 @@ class PassCost:
         self._recent_ratios.append(seconds / expected)
         lately = (self._measured_here is not None
                   and time.monotonic() - self._measured_here < REMEASURE_AFTER_SECONDS)
-        if seconds * DRIFT < expected and lately:
+        if seconds * FASTER < expected and lately:
             self._seconds[n_tokens] = seconds     # measured lately, yet this size runs faster in the loop (a GPU
             return                                # replays a captured graph): noise never makes a pass faster
         if lately:
             return
-        if seconds * DRIFT < expected:
+        if seconds * FASTER < expected:
             self.stale_reason = (f"a pass of {n_tokens} token(s) took {seconds * 1e3:.1f} ms, the table says "
                                  f"{expected * 1e3:.1f} ms")
         elif (len(self._recent_ratios) == DRIFT_WINDOW
