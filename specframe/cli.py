@@ -15,7 +15,16 @@ from specframe.errors import SpecframeError, printable
 from specframe.files import atomic_write, output_problem, read_text
 from specframe.interruption import signals_interrupt
 from specframe.llama.quantize import QUANT_TYPES
-from specframe.overrides import DrafterTables, Layer, Override, environment_overrides, layered, parse_set, parse_value
+from specframe.overrides import (
+    DrafterTables,
+    Layer,
+    Override,
+    environment_overrides,
+    layered,
+    parse_logit_bias,
+    parse_set,
+    parse_value,
+)
 
 
 class _OneLineErrors(click.Group):
@@ -71,8 +80,8 @@ _SERVER_FLAGS = (
 
 def _config_options(*flag_groups):
     """The options of a command that loads a config: --config, llama.cpp's flags (``_MODEL_FLAGS`` and
-    ``flag_groups``), --spec-type and --set. The command gets the loaded ``config``: the file (if any), then
-    SPECFRAME_* variables, then the flags, checked as one."""
+    ``flag_groups``, with -l where the command generates), --spec-type and --set. The command gets the loaded
+    ``config``: the file (if any), then SPECFRAME_* variables, then the flags, checked as one."""
     flags = [flag for group in (_MODEL_FLAGS, *flag_groups) for flag in group]
     options = [
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
@@ -81,6 +90,9 @@ def _config_options(*flag_groups):
                                                       "qwen-coder-1.5b-spec (specframe models presets)."),
         *[click.option(*declarations, f"flag_{i}", metavar="MODEL" if key.endswith(".model") else "VALUE",
                        help=f"{help} [{key}]") for i, (declarations, key, help) in enumerate(flags)],
+        *([click.option("-l", "--logit-bias", "logit_biases", multiple=True, metavar="TOKEN_ID(+|-)BIAS",
+                        help="Bias a token's logit, e.g. 15043+1, or 15043-inf to ban it (repeatable; replaces "
+                             "[sampling] logit_bias).")] if _GENERATION_FLAGS in flag_groups else []),
         click.option("--spec-type", metavar="TYPE[,TYPE...]",
                      help="The drafters: one of each type, with default parameters (replaces the config's)."),
         click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
@@ -91,7 +103,7 @@ def _config_options(*flag_groups):
 
     def decorate(command):
         @functools.wraps(command)
-        def with_config(*args, config_path, preset, spec_type, settings, **kwargs):
+        def with_config(*args, config_path, preset, spec_type, settings, logit_biases=(), **kwargs):
             from specframe.config import load_config
             from specframe.models import preset_path
 
@@ -113,6 +125,8 @@ def _config_options(*flag_groups):
                 if key == "drafter.draft-model.model":
                     given.append(DrafterTables(("draft-model",), False, origin))
                 given.append(Override(key, text if key.endswith(".model") else parse_value(text), origin))
+            if logit_biases:
+                given.append(parse_logit_bias(logit_biases))
             given += [parse_set(text) for text in settings]
             overrides = layered(given, environment_overrides())
             if config_path is None and not any(getattr(o, "key", None) == "target.model" for o in overrides):

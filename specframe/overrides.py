@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Union
@@ -61,6 +62,27 @@ def parse_set(text: str) -> Override:
     if not equals or "." not in key.strip(". "):
         raise ConfigError(printable(f"--set {text}: expected section.key=value (or drafter.NAME.key=value)"))
     return Override(key.strip(), parse_value(value.strip()), f"--set {text}")
+
+
+_LOGIT_BIAS = re.compile(r"\s*(\d+)\s*([+-])\s*(inf|\d+(?:\.\d*)?|\.\d+)\s*", re.IGNORECASE)
+MAX_LOGIT_BIAS = 100.0   # OpenAI's bound, which [sampling] logit_bias keeps: llama.cpp's "inf" is taken as it
+
+
+def parse_logit_bias(texts: Iterable[str]) -> Override:
+    """llama.cpp's ``-l TOKEN_ID(+|-)BIAS``, repeatable (``-l 15043+1 -l 29-inf``): one table of biases, which
+    replaces ``[sampling] logit_bias``. ``inf`` is the largest bias allowed, which bans (or forces) the token."""
+    texts = list(texts)
+    origin = " ".join(f"-l {text}" for text in texts)
+    biases: dict[str, float] = {}
+    for text in texts:
+        match = _LOGIT_BIAS.fullmatch(text)
+        if match is None:
+            raise ConfigError(printable(f"-l {text}: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS, e.g. 15043+1 or "
+                                        "15043-inf"))
+        token, sign, amount = match.groups()
+        size = MAX_LOGIT_BIAS if amount.lower() == "inf" else float(amount)
+        biases[str(int(token))] = size if sign == "+" else -size
+    return Override("sampling.logit_bias", biases, origin)
 
 
 def environment_overrides(environ: Mapping[str, str] = os.environ) -> list[Override]:

@@ -94,6 +94,22 @@ def test_a_logit_bias_is_set_as_a_toml_table(loaded, config):
     assert read.sampling.logit_bias == {"15": -100.0}
 
 
+@pytest.mark.parametrize("command", [["run", "-p", "hi"], ["chat"], ["serve"]])
+def test_l_flags_make_one_logit_bias_table_as_llama_cpp_writes_them(loaded, config, command):
+    read = loaded(*command, "--config", str(config), "-l", "15+1.5", "--logit-bias", "7-inf", "-l", "3 - 2")
+    assert read.sampling.logit_bias == {"15": 1.5, "7": -100.0, "3": -2.0}
+
+
+def test_an_l_flag_replaces_the_files_logit_bias(loaded, write_config, target_path):
+    config = write_config(f"""
+        [target]
+        model = "{target_path}"
+        [sampling]
+        logit_bias = {{"15" = -100}}
+        """)
+    assert loaded("run", "--config", str(config), "-p", "hi", "-l", "9+2").sampling.logit_bias == {"9": 2.0}
+
+
 def test_short_flags_of_one_and_several_letters_parse_together(loaded, config):
     loaded_config = loaded("run", "--config", str(config), "-p", "hi", "-n", "8", "-ngl", "2", "-c", "512", "-t", "1")
     assert (loaded_config.generation.max_tokens, loaded_config.target.n_gpu_layers) == (8, 2)
@@ -223,6 +239,8 @@ def test_a_config_reloads_with_its_overrides(config):
     (["-md", "nowhere.gguf"], {}, "-md nowhere.gguf: drafter[1] (type 'draft-model').model: model file "
                                   "'nowhere.gguf' not found (relative paths are from the current directory)"),
     (["-c", "8"], {}, "-c 8: target.n_ctx: expected an integer in [16, "),
+    (["-l", "15"], {}, "-l 15: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS, e.g. 15043+1 or 15043-inf"),
+    (["-l", "1+2", "-l", "15+101"], {}, "-l 1+2 -l 15+101: sampling.logit_bias"),
     ([], {"SPECFRAME_TARGET__N_CTX": "0"}, "SPECFRAME_TARGET__N_CTX=0: target.n_ctx: expected an integer in [16, "),
     ([], {"SPECFRAME_TARGETS__N_CTX": "1"}, "SPECFRAME_TARGETS__N_CTX=1: unknown setting 'targets.n_ctx'"),
     ([], {"SPECFRAME_TARGET__N__CTX": "1"},
