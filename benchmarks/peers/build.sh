@@ -13,9 +13,9 @@
 #
 # Source: $LLAMA_CPP_DIR when set, otherwise the tree that ./build_llama.sh extracts into
 # ${SPECFRAME_CACHE:-${XDG_CACHE_HOME:-~/.cache}/specframe}/src/llama.cpp-0c1e570 (run here when it is missing).
-# Cache: <cache>/peers/<key>/, <key> hashing the source identity, the sdist, the flags, the compiler and
-# RECIPE_VERSION; each part is marked complete on its own, so a second run builds nothing and a failed part is
-# all that a rerun builds. First build: about 35 minutes on 2 cores (15 the tools, 10 llama-server, 10
+# Cache: <cache>/peers/<key>/, <key> hashing the source identity, the flags, the compiler and RECIPE_VERSION (the
+# venv's completion mark holds the sdist's hash, so that --tools-only and a full build share the tools); each part
+# is marked complete on its own, so a second run builds nothing and a failed part is all that a rerun builds. First build: about 35 minutes on 2 cores (15 the tools, 10 llama-server, 10
 # llama-cpp-python).
 set -euo pipefail
 
@@ -59,7 +59,7 @@ TOOLS_CMAKE_ARGS=(
     "${CPU_FLAGS[@]}"
 )
 COMPILER_ID=$(c++ --version 2>/dev/null | head -1)
-KEY=$(printf '%s\n' "$RECIPE_VERSION" "$SOURCE_ID" "$SDIST_ID" "$COMPILER_ID" "${TOOLS_CMAKE_ARGS[@]}" | hash_stdin)
+KEY=$(printf '%s\n' "$RECIPE_VERSION" "$SOURCE_ID" "$COMPILER_ID" "${TOOLS_CMAKE_ARGS[@]}" | hash_stdin)
 OUT_DIR="$CACHE_DIR/peers/$KEY"
 mkdir -p "$OUT_DIR"
 
@@ -100,7 +100,7 @@ fi
 # --- llama-cpp-python -----------------------------------------------------------------------------------------
 if [ "$TOOLS_ONLY" = 1 ]; then
     say "--tools-only: llama-cpp-python is not built"
-elif [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/venv/.complete" ]; then
+elif [ "$FORCE" = 1 ] || [ "$(cat "$OUT_DIR/venv/.complete" 2>/dev/null)" != "$SDIST_ID" ]; then
     say "building llama-cpp-python $SDIST_VERSION from its sdist into $OUT_DIR/venv (about 10 minutes on 2 cores)"
     rm -rf "$OUT_DIR/venv"
     logged "$OUT_DIR/venv.log" "creating the venv" "$PYTHON" -m venv "$OUT_DIR/venv"
@@ -109,7 +109,7 @@ elif [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/venv/.complete" ]; then
     logged "$OUT_DIR/llama-cpp-python-build.log" "the llama-cpp-python build" \
         env CMAKE_ARGS="${CPU_FLAGS[*]} -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" \
         "$OUT_DIR/venv/bin/python" -m pip install --verbose --no-cache-dir "$SDIST"
-    touch "$OUT_DIR/venv/.complete"
+    echo "$SDIST_ID" > "$OUT_DIR/venv/.complete"   # the venv is the sdist's: another one rebuilds it alone
 else
     say "llama-cpp-python is up to date in $OUT_DIR/venv"
 fi
