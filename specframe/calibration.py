@@ -3,9 +3,11 @@
 What a pass costs belongs to the model file, the build, the machine, the threads, the batch size and the other model
 settings (GPU offload, KV cache...), so the table is stored under a key of those (pass_cost.py says how it is
 measured, checked, stored and healed). Sizes: every
-pass over one sequence's ``[last, draft...]`` (1 to n_max + 1 tokens) and, when several sequences are decoded
-together, the passes over ``slots`` such full batches; a pass's cost depends on its number of tokens, not on how
-many sequences they belong to, so every size is timed as one sequence's batch.
+pass over one sequence's ``[last, draft...]`` up to 17 tokens (where the batch kernels' steps make costs jagged),
+then every eighth size and n_max + 1 (a drafter that drafts 64 tokens must not cost ten minutes of timing 65 sizes
+on a slow CPU: the sizes between are interpolated), and, when several sequences are decoded together, the passes
+over ``slots`` full batches; a pass's cost depends on its number of tokens, not on how many sequences they belong
+to, so every size is timed as one sequence's batch.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from specframe.model_settings import ModelSettings
 from specframe.paths import cache_dir
 
 log = logging.getLogger("specframe.engine")
+
+DENSE_SIZES = 17    # every pass size up to this one is measured,
+SPARSE_STEP = 8     # and beyond it every eighth (24, 32, ...) and the longest
 
 
 class Calibration:
@@ -42,7 +47,9 @@ class Calibration:
     def sizes(n_max: int, slots: int, room: int) -> list[int]:
         """The pass sizes to know, at most ``room`` tokens."""
         full = n_max + 1
-        return [n for n in [*range(1, full + 1), *(full * k for k in range(2, slots + 1))] if n <= room]
+        wanted = {*range(1, min(full, DENSE_SIZES) + 1), *range(DENSE_SIZES + SPARSE_STEP - 1, full, SPARSE_STEP),
+                  min(full, room), *(full * k for k in range(2, slots + 1))}
+        return sorted(n for n in wanted if n <= room)
 
     def ensure(self, sizes: list[int], seq: int = 0, n_past: int = 0) -> None:
         """Have a trustworthy cost for every size: the table in hand, else the stored one, else measured now on

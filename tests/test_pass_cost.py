@@ -171,3 +171,16 @@ def test_saving_a_table_deletes_tables_too_old_to_be_used(tmp_path):
     os.utime(stale, (old, old))
     PassCostStore(tmp_path, "key").save(PassCost(seconds(EPYC), measured_at=time.time(), other_load=0.0))
     assert not stale.exists() and fresh.exists() and (tmp_path / "key.json").exists()
+
+
+def test_long_drafts_have_their_pass_sizes_measured_sparsely_and_short_ones_every_size():
+    """ngram-mod drafts up to 64 tokens: timing all 65 sizes took ten minutes on a slow CPU. Short passes, where the
+    kernels' steps make costs jagged, are all measured; longer ones every eighth, the rest interpolated."""
+    from specframe.calibration import Calibration
+
+    assert Calibration.sizes(16, 1, 4096) == list(range(1, 18))
+    assert Calibration.sizes(64, 1, 4096) == [*range(1, 18), 24, 32, 40, 48, 56, 64, 65]
+    assert Calibration.sizes(16, 3, 4096) == [*range(1, 18), 34, 51]
+    assert Calibration.sizes(64, 1, 30) == [*range(1, 18), 24, 30]      # the longest pass that fits is measured
+    cost = PassCost({n: 0.03 + 0.01 * n for n in Calibration.sizes(64, 1, 4096)})
+    assert cost.seconds(44) == pytest.approx(0.03 + 0.01 * 44)
