@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Union
 
 from specframe.errors import ConfigError, printable
+from specframe.sampling import LOGIT_BIAS_LIMIT
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -65,7 +66,6 @@ def parse_set(text: str) -> Override:
 
 
 _LOGIT_BIAS = re.compile(r"\s*(\d+)\s*([+-])\s*(inf|\d+(?:\.\d*)?|\.\d+)\s*", re.IGNORECASE)
-MAX_LOGIT_BIAS = 100.0   # OpenAI's bound, which [sampling] logit_bias keeps: llama.cpp's "inf" is taken as it
 
 
 def parse_logit_bias(texts: Iterable[str]) -> Override:
@@ -80,7 +80,7 @@ def parse_logit_bias(texts: Iterable[str]) -> Override:
             raise ConfigError(printable(f"-l {text}: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS, e.g. 15043+1 or "
                                         "15043-inf"))
         token, sign, amount = match.groups()
-        size = MAX_LOGIT_BIAS if amount.lower() == "inf" else float(amount)
+        size = LOGIT_BIAS_LIMIT if amount.lower() == "inf" else float(amount)   # llama.cpp's inf: the bound
         biases[str(int(token))] = size if sign == "+" else -size
     return Override("sampling.logit_bias", biases, origin)
 

@@ -15,12 +15,12 @@
 # ${SPECFRAME_CACHE:-${XDG_CACHE_HOME:-~/.cache}/specframe}/src/llama.cpp-0c1e570 (run here when it is missing).
 # Cache: <cache>/peers/<key>/, <key> hashing the source identity, the flags, the compiler and RECIPE_VERSION (the
 # venv's completion mark holds the sdist's hash, so that --tools-only and a full build share the tools); each part
-# is marked complete on its own, so a second run builds nothing and a failed part is all that a rerun builds. First build: about 35 minutes on 2 cores (15 the tools, 10 llama-server, 10
-# llama-cpp-python).
+# is marked complete on its own, so a second run builds nothing and a failed part is all that a rerun builds.
+# First build: about 35 minutes on 2 cores (15 the tools, 10 llama-server, 10 llama-cpp-python).
 set -euo pipefail
 
 TAG=peers/build
-USAGE_LINES=2,17
+USAGE_LINES=2,19
 RECIPE_VERSION=1   # bump when the way the peers are configured changes
 TOOLS=(llama-bench llama-completion llama-speculative-simple llama-lookup)
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../common.sh"
