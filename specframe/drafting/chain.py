@@ -198,7 +198,8 @@ class DrafterChain:
         second, or as a probe (gain.DrafterRecord.decide)."""
         record = entry.record
         length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust, self._share)
-        decision = record.decide(prospect > to_beat, entry.drafter.uses_model)
+        _, ceiling = best_cut(np.ones(n_max), cost, record.cost, self.n_min, share=self._share)
+        decision = record.decide(prospect > to_beat, entry.drafter.uses_model, could_pay=ceiling > to_beat)
         if decision is None:
             entry.stats.held_back += 1
             return None

@@ -37,6 +37,7 @@ RUNS = (0, 1, 4, 16)    # run buckets: a fresh draft, or one carrying on after 1
 PROBE_EVERY = 16        # a costly drafter not asked for this many steps is asked once anyway,
 PROBE_MAX_EVERY = 256   # and twice as late each time that did not pay: never given up for good
 PROBE_LENGTH = 2        # tokens a probe asks for
+MODEL_BURST = 4         # a probed model that could pay is asked or probed at this many following steps too
 ASK, PROBE = "ask", "probe"
 CAUTION = 1.0         # first-token estimates are taken this many standard errors low: little evidence, little trust
 CALIBRATION_PRIOR = 4.0  # tokens of agreement between estimates and outcomes a drafter's trust starts with
@@ -151,6 +152,8 @@ class DrafterRecord:
                                                                                      # predicts, if it held up
     _run: int = 0                    # tokens its drafts got right in a row
     _first_step: bool = True         # no step of this request has been drafted yet
+    _burst: int = 0                  # in-step probes left in this burst (a model's)
+    _burst_through_misses: bool = False   # the burst of a request's first steps goes on after a miss
     _expected: float = CALIBRATION_PRIOR   # decayed sums of tokens its verified drafts were expected to get right,
     _confirmed: float = CALIBRATION_PRIOR  # and of those that were
 
@@ -161,7 +164,7 @@ class DrafterRecord:
         return min(1.0, self._confirmed / self._expected)
 
     def restart(self) -> None:
-        self._rest, self._run, self._first_step = self._rest[:0], 0, True
+        self._rest, self._run, self._first_step, self._burst = self._rest[:0], 0, True, 0
 
     def run_of(self, draft_tokens: np.ndarray) -> int:
         """The run bucket of a draft: 0 unless it carries on the drafter's last draft, which held up so far."""
@@ -211,6 +214,8 @@ class DrafterRecord:
         wrong = np.flatnonzero(draft_tokens[:n] != emitted[:n])
         confirmed = int(wrong[0]) if wrong.size else n
         first_right = confirmed > 0
+        if not first_right and not self._burst_through_misses:
+            self._burst = 0
         self._run_estimate(run).observe(first_right, went_wrong=not first_right)
         self.first.setdefault((run, support), Acceptance(hits=0.0, misses=0.0)).observe(first_right,
                                                                                       went_wrong=not first_right)
@@ -220,22 +225,35 @@ class DrafterRecord:
         self._run = self._run + confirmed if run and not wrong.size else confirmed if not wrong.size else 0
         return confirmed
 
-    def decide(self, expected_to_pay: bool, uses_model: bool) -> str | None:
+    def decide(self, expected_to_pay: bool, uses_model: bool, could_pay: bool = False) -> str | None:
         """Called once a step for a drafter asked only when it pays: ASK, PROBE (a short draft, so that an estimate
-        that holds it back can be proved wrong) or None. Every drafter is probed at the first step of a request,
-        when it is in step with the history. One without a model is also probed after ``probe_every`` steps held
-        back (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model
-        is not: a draft model held back would first catch up on every token it missed, and over a run that costs
-        as much as keeping it in step, a tenth of the run on a CPU. It is asked again within a request once its
-        estimates, or a re-measured pass-cost table, say that it pays."""
+        that holds it back can be proved wrong) or None. ``could_pay``: a draft of it would pay if all its tokens
+        were right (the table and its call cost allow a gain at all).
+
+        Every drafter is probed at the first step of a request, and after ``probe_every`` steps held back
+        (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model is
+        probed only where it could pay: a draft model held back first catches up on every token it missed, a
+        tenth of a run on a CPU where nothing pays. After a request's first step, a model is asked or probed at each
+        of the next MODEL_BURST steps while it stays in step (a probe then costs only its two draft tokens): the
+        first tokens of a reply are where drafts miss most, and one miss must not hold a model back for a whole
+        run. After a later probe, the same burst goes on while its drafts come out right."""
         self.skipped += 1
         first, self._first_step = self._first_step, False
+        in_burst = self.skipped == 1 and self._burst > 0       # asked at the last step: still in step
+        self._burst = MODEL_BURST if first and uses_model else self._burst - 1 if in_burst else 0
+        self._burst_through_misses = first or (self._burst_through_misses and in_burst)
         if expected_to_pay:
             self.skipped, self.probe_every = 0, PROBE_EVERY
             return ASK
-        if first or (not uses_model and self.skipped >= self.probe_every):
-            self.probe_every = self.probe_every if first else min(2 * self.probe_every, PROBE_MAX_EVERY)
+        if uses_model and not could_pay:
+            self._burst = 0
+            return PROBE if first else None
+        if first or in_burst:
             self.skipped = 0
+            return PROBE
+        if self.skipped >= self.probe_every:
+            self.probe_every = min(2 * self.probe_every, PROBE_MAX_EVERY)
+            self.skipped, self._burst = 0, MODEL_BURST if uses_model else 0
             return PROBE
         return None
 
