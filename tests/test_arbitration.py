@@ -122,8 +122,8 @@ def test_a_costly_drafter_is_asked_only_when_cheap_drafts_are_not_expected_to_be
     chain = chain_of(cheap, costly)
     replay(chain)
     stats = chain.entries[1].stats
-    assert stats.wins == 0 and stats.held_back > stats.calls   # the cheap copy is always right: the model is
-    assert stats.calls > MODEL_BURST                            # held back, after the burst of the first steps
+    assert stats.held_back > 5 * stats.calls        # the cheap copy is always right: the model is rarely asked,
+    assert stats.calls > 0 and stats.wins == 0      # and not probed in step while a cheap draft pays
 
 
 class Recorded(Knowing):

@@ -199,7 +199,9 @@ class DrafterChain:
         record = entry.record
         length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust, self._share)
         _, ceiling = best_cut(np.ones(n_max), cost, record.cost, self.n_min, share=self._share)
-        decision = record.decide(prospect > to_beat, entry.drafter.uses_model, could_pay=ceiling > to_beat)
+        nothing_better = to_beat <= self._plain_rate() * (1 + MARGIN / (self._share.expected + 1))
+        decision = record.decide(prospect > to_beat, entry.drafter.uses_model,
+                                 could_pay=ceiling > to_beat and nothing_better)
         if decision is None:
             entry.stats.held_back += 1
             return None

@@ -228,12 +228,13 @@ class DrafterRecord:
     def decide(self, expected_to_pay: bool, uses_model: bool, could_pay: bool = False) -> str | None:
         """Called once a step for a drafter asked only when it pays: ASK, PROBE (a short draft, so that an estimate
         that holds it back can be proved wrong) or None. ``could_pay``: a draft of it would pay if all its tokens
-        were right (the table and its call cost allow a gain at all).
+        were right (the table and its call cost allow a gain at all) and no other draft is expected to pay.
 
         Every drafter is probed at the first step of a request, and after ``probe_every`` steps held back
         (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model is
         probed only where it could pay: a draft model held back first catches up on every token it missed, a
-        tenth of a run on a CPU where nothing pays. After a request's first step, a model is asked or probed at each
+        tenth of a run on a CPU where nothing pays, and where cheap drafts pay, its probes cost more than what they
+        tell. After a request's first step, a model is asked or probed at each
         of the next MODEL_BURST steps while it stays in step (a probe then costs only its two draft tokens): the
         first tokens of a reply are where drafts miss most, and one miss must not hold a model back for a whole
         run. After a later probe, the same burst goes on while its drafts come out right."""
