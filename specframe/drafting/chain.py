@@ -198,10 +198,11 @@ class DrafterChain:
         second, or as a probe (gain.DrafterRecord.decide)."""
         record = entry.record
         length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust, self._share)
-        _, ceiling = best_cut(np.ones(n_max), cost, record.cost, self.n_min, share=self._share)
-        nothing_better = to_beat <= self._plain_rate() * (1 + MARGIN / (self._share.expected + 1))
-        decision = record.decide(prospect > to_beat, entry.drafter.uses_model,
-                                 could_pay=ceiling > to_beat and nothing_better)
+        expected_to_pay, uses_model = prospect > to_beat, entry.drafter.uses_model
+        could_pay = (uses_model and not expected_to_pay                 # only then does decide() weigh it
+                     and not self._worth_verifying(to_beat, self._plain_rate())
+                     and best_cut(np.ones(n_max), cost, record.cost, self.n_min, share=self._share)[1] > to_beat)
+        decision = record.decide(expected_to_pay, uses_model, could_pay)
         if decision is None:
             entry.stats.held_back += 1
             return None
@@ -230,13 +231,18 @@ class DrafterChain:
             return None
         candidate, rate, k = best
         if cost is not None:
-            if rate > plain * (1 + MARGIN / (self._share.expected + 1)):   # MARGIN of this sequence's tokens
+            if self._worth_verifying(rate, plain):
                 self._steps_without_verifying = 0
             else:
                 k = self._cost_probe(candidate, rate / plain)
                 if k == 0:
                     return None
         return self._cut(candidate, k)
+
+    def _worth_verifying(self, rate: float, plain: float) -> bool:
+        """Whether a draft expected at ``rate`` beats plain decoding's ``plain`` by MARGIN of this sequence's
+        tokens."""
+        return rate > plain * (1 + MARGIN / (self._share.expected + 1))
 
     def _plain_rate(self) -> float:
         """Tokens per second of the pass without a draft of this sequence (0 without a cost model: then any draft

@@ -234,10 +234,10 @@ class DrafterRecord:
         (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model is
         probed only where it could pay: a draft model held back first catches up on every token it missed, a
         tenth of a run on a CPU where nothing pays, and where cheap drafts pay, its probes cost more than what they
-        tell. After a request's first step, a model is asked or probed at each
-        of the next MODEL_BURST steps while it stays in step (a probe then costs only its two draft tokens): the
-        first tokens of a reply are where drafts miss most, and one miss must not hold a model back for a whole
-        run. After a later probe, the same burst goes on while its drafts come out right."""
+        tell. After a request's first step, a model is asked or probed at each of the next MODEL_BURST steps while
+        it stays in step (a probe then costs only its two draft tokens): the first tokens of a reply are where
+        drafts miss most, and one miss must not hold a model back for a whole run. After a later probe, the same
+        burst goes on while its drafts come out right."""
         self.skipped += 1
         first, self._first_step = self._first_step, False
         in_burst = self.skipped == 1 and self._burst > 0       # asked at the last step: still in step
