@@ -86,6 +86,10 @@ def test_expected_tokens_and_the_best_cut():
         slow_drafting.observe(k, 0.010 * k)                  # 10 ms per drafted token: a draft model
     assert slow_drafting.seconds(6) == pytest.approx(0.060)
     assert best_cut(np.full(16, 0.99), XEON, slow_drafting)[0] < 16
+    nothing_drafted = CallCost()
+    for _ in range(4):
+        nothing_drafted.observe(0, 0.040)                    # a draft model stopped by p_min at every call
+    assert nothing_drafted.seconds(16) == pytest.approx(16 * 0.040)   # not 0.040: no long draft is free
 
 
 def test_a_long_right_draft_wins_over_a_short_wrong_one_that_comes_first():

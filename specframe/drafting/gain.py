@@ -130,8 +130,10 @@ class CallCost:
         if not w:
             return 0.0
         spread = w * kk - k * k
-        if spread <= 1e-9 * max(1.0, w * kk):     # every call drafted as many tokens: charge them evenly
-            return s / w * (n_tokens / (k / w) if k else 1.0)
+        if spread <= 1e-9 * max(1.0, w * kk):     # every call drafted as many tokens: charge them evenly; when
+            # none drafted any (a draft model whose top tokens were all under p_min), each token as a whole call,
+            # as each next token of a draft model is one more pass: a flat price made its longest draft look free
+            return s / w * (n_tokens / (k / w) if k else max(1, n_tokens))
         per_token = max(0.0, (w * ks - k * s) / spread)
         fixed = max(0.0, (s - per_token * k) / w)
         return fixed + per_token * n_tokens
