@@ -295,3 +295,24 @@ def test_a_drafter_whose_estimates_promise_too_much_is_trusted_less(monkeypatch)
     monkeypatch.setattr(Overconfident, "verified", lambda self, p, n_accepted: None)   # estimates taken as they are
     _, blind_seconds = replay_overconfident()
     assert blind_seconds > 2 * plain_seconds()
+
+
+class SlowToCatchUp(Recorded):
+    """A draft model that evaluates 3 ms per token it has not seen (its begin, over the prompt), and whose drafts
+    are wrong from their first token."""
+
+    def begin(self, prompt):
+        time.sleep(0.003 * len(prompt))
+
+
+def test_a_model_is_not_probed_where_catching_up_costs_more_than_its_draft_could_bring():
+    cheap_to_catch_up = Recorded(16, wrong_at=0, uses_model=True)
+    slow_to_catch_up = SlowToCatchUp(16, wrong_at=0, uses_model=True)
+    for model in (cheap_to_catch_up, slow_to_catch_up):      # on EPYC a 4-token draft, if all right, pays
+        replay(chain_of(model, cost=EPYC), n_tokens=300, n_max=4)      # a little
+    assert cheap_to_catch_up.calls[-1] > PROMPT + 2 * PROBE_EVERY    # probed at growing intervals
+    assert slow_to_catch_up.calls[-1] <= PROMPT + MODEL_BURST        # after its first steps, catching up on 16
+                                                                      # missed tokens costs more than that
+    for _ in range(2):                                                # and it is probed again by every request
+        replay(chain_of(slow_to_catch_up, cost=EPYC), n_tokens=50, n_max=4)
+    assert slow_to_catch_up.calls.count(PROMPT) == 3

@@ -133,7 +133,9 @@ class DrafterChain:
             entry.record.restart()
             start = time.perf_counter()
             self._guard(entry, "begin", entry.begin, prompt, sampling)
-            entry.stats.begin_ms += (time.perf_counter() - start) * 1e3
+            seconds = time.perf_counter() - start
+            entry.stats.begin_ms += seconds * 1e3
+            entry.record.began(len(prompt), seconds if entry.drafter.uses_model else 0.0)
 
     def draft(self, history: np.ndarray, n_max: int, share: PassShare = ALONE) -> Draft:
         """The draft to verify next (at most ``n_max`` tokens), or NO_DRAFT; ``share`` is what the rest of the
@@ -197,11 +199,14 @@ class DrafterChain:
         """Ask a drafter whose drafting costs time only when its draft is expected to beat ``to_beat`` tokens per
         second, or as a probe (gain.DrafterRecord.decide)."""
         record = entry.record
-        length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust, self._share)
+        catching_up = record.catching_up(len(history))
+        length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust, self._share,
+                                    catching_up)
         expected_to_pay, uses_model = prospect > to_beat, entry.drafter.uses_model
         could_pay = (uses_model and not expected_to_pay                 # only then does decide() weigh it
                      and not self._worth_verifying(to_beat, self._plain_rate())
-                     and best_cut(np.ones(n_max), cost, record.cost, self.n_min, share=self._share)[1] > to_beat)
+                     and best_cut(np.ones(n_max), cost, record.cost, self.n_min, share=self._share,
+                                  catching_up=catching_up)[1] > to_beat)
         decision = record.decide(expected_to_pay, uses_model, could_pay)
         if decision is None:
             entry.stats.held_back += 1
@@ -310,6 +315,7 @@ class DrafterChain:
     def _ask(self, entry: ChainEntry, history: np.ndarray, n_max: int) -> _Candidate | None:
         """Ask one drafter; a valid non-empty draft becomes a candidate of this step."""
         entry.stats.calls += 1
+        entry.record.asked(len(history))
         start = time.perf_counter()
         result = self._guard(entry, "draft", entry.drafter.draft, history, n_max)
         seconds = time.perf_counter() - start

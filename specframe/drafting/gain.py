@@ -45,6 +45,7 @@ PRIOR_WEIGHT = 2.0     # an estimate starts as worth this many observations of i
 CHEAP_SHARE = 0.02      # a drafter whose calls cost less than this share of a single pass is asked every step
 COST_SAMPLES = 4        # calls timed before a drafter can be found costly by its calls' time (one slow first call
                         # that indexed a whole prompt, or met a page fault, must not hold it back for good)
+CATCH_UP_TIMED_FROM = 16   # prompt tokens a model's begin must evaluate to time its catching up by
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,12 @@ class PassShare:
                 left[i] -= each
             total += cost.seconds(each * len(part))
         return total
+
+    def seconds_each(self, cost: PassCost, n_tokens: np.ndarray) -> np.ndarray:
+        """``seconds`` for each of ``n_tokens``."""
+        if len(self.segments) <= 1:       # this sequence's alone
+            return cost.seconds_each(n_tokens)
+        return np.array([self.seconds(cost, int(n)) for n in n_tokens])
 
 
 ALONE = PassShare()
@@ -125,15 +132,16 @@ class CallCost:
         costly."""
         return statistics.median(self._recent) if self._recent else 0.0
 
-    def seconds(self, n_tokens: int) -> float:
-        w, k, kk, s, ks = self._sums
+    def seconds(self, n_tokens):
+        """Seconds of a call drafting ``n_tokens`` (an int, or an array of them)."""
+        w, k, kk, s, ks = self._sums.tolist()
         if not w:
-            return 0.0
+            return 0.0 * n_tokens
         spread = w * kk - k * k
         if spread <= 1e-9 * max(1.0, w * kk):     # every call drafted as many tokens: charge them evenly; when
             # none drafted any (a draft model whose top tokens were all under p_min), each token as a whole call,
             # as each next token of a draft model is one more pass: a flat price made its longest draft look free
-            return s / w * (n_tokens / (k / w) if k else max(1, n_tokens))
+            return s / w * (n_tokens / (k / w) if k else np.maximum(1, n_tokens))
         per_token = max(0.0, (w * ks - k * s) / spread)
         fixed = max(0.0, (s - per_token * k) / w)
         return fixed + per_token * n_tokens
@@ -158,6 +166,8 @@ class DrafterRecord:
     _burst_through_misses: bool = False   # the burst of a request's first steps goes on after a miss
     _expected: float = CALIBRATION_PRIOR   # decayed sums of tokens its verified drafts were expected to get right,
     _confirmed: float = CALIBRATION_PRIOR  # and of those that were
+    _catch_up: float = 0.0           # a model's seconds per token it evaluates in a batch, timed over its begin
+    _seen: int = 0                   # the history's length at its last call (or begin)
 
     @property
     def trust(self) -> float:
@@ -167,6 +177,22 @@ class DrafterRecord:
 
     def restart(self) -> None:
         self._rest, self._run, self._first_step, self._burst = self._rest[:0], 0, True, 0
+
+    def began(self, n_prompt: int, seconds: float) -> None:
+        """Its begin took ``seconds`` over a prompt of ``n_prompt`` tokens. A model's begin evaluates the prompt
+        in a batch, as a model held back evaluates every token it missed before it can draft again."""
+        self._seen = n_prompt
+        if n_prompt >= CATCH_UP_TIMED_FROM:
+            self._catch_up = seconds / n_prompt
+
+    def asked(self, n_history: int) -> None:
+        self._seen = n_history
+
+    def catching_up(self, n_history: int) -> float:
+        """Seconds a model not asked at the last step would spend on the tokens it missed before drafting: a probe
+        after a long wait pays for every token decoded meanwhile, and on a CPU whose batches cost nearly as much as
+        their tokens one by one, that is more than a short draft can bring back."""
+        return self._catch_up * max(0, n_history - self._seen) if self.skipped else 0.0
 
     def run_of(self, draft_tokens: np.ndarray) -> int:
         """The run bucket of a draft: 0 unless it carries on the drafter's last draft, which held up so far."""
@@ -250,7 +276,10 @@ class DrafterRecord:
             return ASK
         if uses_model and not could_pay:
             self._burst = 0
-            return PROBE if first else None
+            if not first:
+                return None
+            self.skipped = 0
+            return PROBE
         if first or in_burst:
             self.skipped = 0
             return PROBE
@@ -277,18 +306,19 @@ def plain_rate(cost: PassCost, share: PassShare = ALONE) -> float:
 
 
 def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_min: int = 1,
-             trust: float = 1.0, share: PassShare = ALONE) -> tuple[int, float]:
+             trust: float = 1.0, share: PassShare = ALONE, catching_up: float = 0.0) -> tuple[int, float]:
     """The length k in [n_min, len(p)] with the most expected tokens per second, and that rate ((0, 0.0) when the
     draft is shorter than n_min). ``drafting`` adds the cost of drafting k tokens still to be paid (a drafter not
-    asked yet); ``trust`` scales the drafted tokens expected (a drafter's calibration); ``share`` is the rest of
-    the pass. Compare the rate with ``plain_rate``."""
+    asked yet) and ``catching_up`` the seconds it must spend first whatever the length (DrafterRecord.catching_up);
+    ``trust`` scales the drafted tokens expected (a drafter's calibration); ``share`` is the rest of the pass.
+    Compare the rate with ``plain_rate``."""
     n_min = max(1, n_min)
     if len(p) < n_min:
         return 0, 0.0
-    lengths = range(n_min, len(p) + 1)
-    seconds = np.array([share.seconds(cost, 1 + k) for k in lengths])
+    lengths = np.arange(n_min, len(p) + 1)
+    seconds = share.seconds_each(cost, 1 + lengths) + catching_up
     if drafting is not None:
-        seconds += np.array([drafting.seconds(k) for k in lengths])
+        seconds += drafting.seconds(lengths)
     rates = (share.expected + 1 + trust * (expected_tokens(p)[n_min:] - 1)) / seconds
     best = int(np.argmax(rates))
     return int(lengths[best]), float(rates[best])

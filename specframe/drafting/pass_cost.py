@@ -33,6 +33,8 @@ import time
 from collections import deque
 from typing import Callable, Iterable
 
+import numpy as np
+
 from specframe.files import atomic_write, locked
 
 log = logging.getLogger("specframe.drafting")
@@ -79,6 +81,7 @@ class PassCost:
     def __init__(self, seconds: dict[int, float] | None = None, *, measured_at: float | None = None,
                  other_load: float | None = None):
         self._seconds: dict[int, float] = dict(seconds or {})
+        self._each = np.empty(0)        # seconds() of every size from 0 on, filled by seconds_each
         self.measured_at = measured_at
         self.other_load = other_load
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
@@ -115,6 +118,14 @@ class PassCost:
         slope = max(0.0, (tb - ta) / (b - a))
         return max(0.0, tb + slope * (n_tokens - b)) if below else max(0.0, ta - slope * (a - n_tokens))
 
+    def seconds_each(self, n_tokens: np.ndarray) -> np.ndarray:
+        """``seconds`` of each size: the chain prices every length of every draft at every step, so the sizes are
+        interpolated once per table."""
+        top = int(n_tokens.max())
+        if len(self._each) <= top:
+            self._each = np.array([self.seconds(n) for n in range(max(top + 1, 2 * len(self._each), 65))])
+        return self._each[n_tokens]
+
     # --- healing ---------------------------------------------------------------------------------------------
 
     def observe(self, n_tokens: int, seconds: float) -> None:
@@ -129,8 +140,10 @@ class PassCost:
         lately = (self._measured_here is not None
                   and time.monotonic() - self._measured_here < REMEASURE_AFTER_SECONDS)
         if seconds * FASTER < expected and lately:
-            self._seconds[n_tokens] = seconds     # measured lately, yet this size runs faster in the loop (a GPU
-            return                                # replays a captured graph): noise never makes a pass faster
+            # measured lately, yet this size runs faster in the loop (a GPU replays a captured graph): noise never
+            # makes a pass faster
+            self._seconds[n_tokens], self._each = seconds, self._each[:0]
+            return
         if lately:
             return
         if seconds * FASTER < expected:
@@ -165,7 +178,7 @@ class PassCost:
             table = {n: min(max(s, FLOOR_SLACK * single), CEILING_SLACK * n * single) for n, s in table.items()}
             self.other_load = float("inf")
         self.measured_at = time.time()
-        self._seconds = table
+        self._seconds, self._each = table, self._each[:0]
         self._recent_ratios.clear()
         self._measured_here = time.monotonic()
         self.stale_reason = None
