@@ -132,7 +132,7 @@ class CallCost:
         costly."""
         return statistics.median(self._recent) if self._recent else 0.0
 
-    def seconds(self, n_tokens):
+    def seconds(self, n_tokens: int | np.ndarray) -> float | np.ndarray:
         """Seconds of a call drafting ``n_tokens`` (an int, or an array of them)."""
         w, k, kk, s, ks = self._sums.tolist()
         if not w:
