@@ -280,7 +280,8 @@ def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out):
 
 @main.command()
 @_config_options()
-@click.option("--reset", is_flag=True, help="Forget the stored table and measure it again.")
+@click.option("--reset", is_flag=True, help="Forget the stored table (and the draft models' stored catch-up rates) "
+                                           "and measure it again.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def calibrate(config, reset, as_json):
     """Show the target's pass-cost table (what a verification pass costs by size), measuring it when needed."""

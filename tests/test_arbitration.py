@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
+from specframe.drafting.catch_up import CatchUpStore
 from specframe.drafting.gain import (
     MODEL_BURST,
     PROBE_EVERY,
@@ -316,3 +317,58 @@ def test_a_model_is_not_probed_where_catching_up_costs_more_than_its_draft_could
     for _ in range(2):                                                # and it is probed again by every request
         replay(chain_of(slow_to_catch_up, cost=EPYC), n_tokens=50, n_max=4)
     assert slow_to_catch_up.calls.count(PROMPT) == 3
+
+
+class BegunSlowly(SlowToCatchUp):
+    """SlowToCatchUp, counting the prompts it was begun with."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.begun = []
+
+    def begin(self, prompt):
+        self.begun.append(len(prompt))
+        super().begin(prompt)
+
+
+def test_a_model_known_to_catch_up_too_slowly_is_not_begun_on_the_prompt(tmp_path, monkeypatch):
+    """Evaluating the prompt first would cost more than even a longest draft all right could bring back: once a
+    run has timed its catching up, the next (another process: a new chain, the rate from the store) does not begin
+    the model, nor probe it."""
+    monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)   # the rule is tested, not the load
+    store = CatchUpStore(tmp_path, "model")
+
+    def run_once():
+        model = BegunSlowly(16, wrong_at=0, uses_model=True)
+        chain = chain_of(model, cost=EPYC)
+        chain.entries[0].catch_up_store, chain.entries[0].record.catch_up = store, store.load()
+        replay(chain, n_tokens=50, n_max=4)
+        return model, chain.entries[0].stats
+
+    first, stats = run_once()
+    assert first.begun == [PROMPT] and first.calls[0] == PROMPT and stats.begins_deferred == 0   # not known yet
+    assert store.load() == pytest.approx(0.003, rel=0.5)
+    later, stats = run_once()
+    assert later.begun == [] and later.calls == [] and stats.begins_deferred == 1 and stats.begin_ms == 0
+
+
+def test_a_deferred_begin_runs_before_the_models_first_draft():
+    model = BegunSlowly(16, uses_model=True)
+    chain = chain_of(model, cost=EPYC)
+    chain.entries[0].record.catch_up = 0.003
+    chain.begin(REFERENCE[:PROMPT])
+    assert model.begun == []
+    candidate = chain._ask(chain.entries[0], REFERENCE[:PROMPT + 5], 4)   # as a step that asks it does
+    assert model.begun == [PROMPT] and model.calls == [PROMPT + 5] and candidate is not None
+
+
+def test_a_catch_up_rate_is_not_stored_when_timed_under_load_nor_loaded_when_old(tmp_path, monkeypatch):
+    store = CatchUpStore(tmp_path, "model")
+    store.save(0.01, other_load=1.0)
+    assert store.load() == 0.0
+    store.save(0.01, other_load=0.1)
+    assert store.load() == 0.01
+    monkeypatch.setattr("time.time", lambda: 1e12)
+    assert store.load() == 0.0
+    store.path.write_text("{not json")
+    assert store.load() == 0.0

@@ -179,7 +179,7 @@ def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_c
     # One thread: a tiny model's passes last a tenth of a millisecond, and two threads waiting on each other on a
     # busy 2-core machine make a batch look impossibly dear (the table is then used but not stored). Whether the
     # machine is busy is not this test's business (test_pass_cost covers a table taken under load).
-    monkeypatch.setattr("specframe.drafting.pass_cost._other_load", lambda *args: 0.0)
+    monkeypatch.setattr("specframe.drafting.pass_cost.other_load", lambda *args: 0.0)
     config = write_config(f"""
         [target]
         model = "{target_path}"
@@ -191,7 +191,12 @@ def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_c
     assert set(table["seconds"]) >= {str(n) for n in range(1, 18)} and table["stored"]
     again = json.loads(run("calibrate", "--config", str(config), "--json").stdout)
     assert again["measured_at"] == table["measured_at"]          # stored: not measured again
+    from specframe.drafting.catch_up import CatchUpStore, catch_up_folder
+
+    rate = CatchUpStore(catch_up_folder(), "a-draft-model")
+    rate.save(0.01, other_load=0.0)
     reset = json.loads(run("calibrate", "--config", str(config), "--reset", "--json").stdout)
     assert reset["measured_at"] > table["measured_at"]
+    assert rate.load() == 0.0                                   # the draft models' rates are timed again too
     shown = run("calibrate", "--config", str(config))
     assert "x single pass" in shown.stdout and "\n    17 " in shown.stdout

@@ -249,6 +249,30 @@ def test_adaptive_draft_lengths_keep_the_output_and_hold_back_poor_drafters(engi
     assert drafters["draft-model"]["held_back"] > 0 and drafters["draft-model"]["calls"] >= 1
 
 
+def test_a_draft_model_that_cannot_pay_for_the_prompt_is_not_begun_by_a_later_run(engine_for, monkeypatch):
+    """The first run times the model's catching up over its begin and stores it; a later run (a new engine) that
+    finds the prompt dearer than any draft could bring back leaves the model alone, and the output is the same."""
+    import json
+
+    from specframe.paths import cache_dir
+
+    monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)   # the store, not this machine's load
+    prompt = " ".join([PROMPT] * 3)
+    first = engine_for(DRAFTERS["draft-model"], speculative="adaptive = true")
+    plain = first.generate(prompt, speculative=False, raw=True, max_tokens=40)
+    begun = first.generate(prompt, raw=True, max_tokens=40)
+    assert begun.stats.drafters["draft-model"]["begin_ms"] > 0 and begun.tokens == plain.tokens
+    [stored] = (cache_dir() / "catch-up").glob("*.json")
+    rate = json.loads(stored.read_text())
+    assert rate["seconds_per_token"] > 0
+    stored.write_text(json.dumps(rate | {"seconds_per_token": 10.0}))   # a CPU where catching up is dear
+    later = engine_for(DRAFTERS["draft-model"], speculative="adaptive = true").generate(prompt, raw=True,
+                                                                                       max_tokens=40)
+    model = later.stats.drafters["draft-model"]
+    assert model["begins_deferred"] == 1 and model["begin_ms"] == 0 and model["calls"] == 0
+    assert later.tokens == plain.tokens
+
+
 def test_a_draft_of_another_vocabulary_drafts_through_token_mapping(engine_for):
     engine = engine_for(DRAFTERS["draft-model (token mapping)"])
     plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True)

@@ -65,7 +65,7 @@ def test_a_calibration_measured_impossible_twice_is_bounded_and_not_stored(tmp_p
 
 
 def test_stored_tables_round_trip_and_record_when_and_under_what_load(tmp_path, monkeypatch):
-    monkeypatch.setattr(pass_cost, "_other_load", lambda *_: 0.0)   # the file is tested, not this machine's load
+    monkeypatch.setattr(pass_cost, "other_load", lambda *_: 0.0)   # the file is tested, not this machine's load
     cost = PassCost()
     cost.calibrate(lambda n: EPYC[n] / 1000, range(1, 18))
     store = PassCostStore(tmp_path, "key")

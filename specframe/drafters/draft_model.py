@@ -3,7 +3,8 @@
 Its own context mirrors the committed history incrementally: each call compares only the tokens added since
 the last call with what its KV memory holds, keeps the matching part (including draft tokens the target
 accepted), drops the rest and evaluates just the new tokens. The prompt is evaluated in ``begin`` (counted as
-prompt processing), and a prefix shared with the previous request is kept. A server's slots share one draft
+prompt processing; the chain defers it where it cannot pay, see drafting/catch_up.py), and a prefix shared with the
+previous request is kept. A server's slots share one draft
 model and one context, a sequence per slot, each slot's drafter mirroring its own sequence.
 
 Drafting takes the top token while its probability is at least ``p_min``, up to ``n_max`` tokens; drafts

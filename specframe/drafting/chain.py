@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from specframe.drafting.catch_up import CatchUpStore
 from specframe.drafting.gain import (
     ALONE,
     PROBE,
@@ -43,7 +44,7 @@ from specframe.drafting.gain import (
     expected_tokens,
     plain_rate,
 )
-from specframe.drafting.pass_cost import PassCost
+from specframe.drafting.pass_cost import PassCost, cpu_times, other_load
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_request, begin_takes_sampling
 from specframe.drafting.support import ContextSupport
 from specframe.sampling import SamplingParams
@@ -70,6 +71,7 @@ class DrafterStats:
     draft_ms: float = 0.0
     accept_ms: float = 0.0
     held_back: int = 0         # steps it was not asked because what it would bring was not expected to pay
+    begins_deferred: int = 0   # requests whose prompt a model did not evaluate up front: it could not pay for it
     accepted_by_position: list = field(default_factory=list)   # accepted tokens of its chosen drafts, by position
 
     def as_dict(self) -> dict:
@@ -84,6 +86,8 @@ class ChainEntry:
     stats: DrafterStats
     disabled: str | None = None   # why it was set aside
     record: DrafterRecord = field(default_factory=DrafterRecord)
+    catch_up_store: CatchUpStore | None = None   # where a model's catch-up rate is kept across runs
+    deferred_begin: tuple | None = None   # (prompt, sampling) of a begin put off until the model's first call
     begin_takes_sampling: bool = field(init=False)   # begin(prompt, sampling), or begin(prompt) alone
 
     def __post_init__(self):
@@ -106,12 +110,13 @@ class DrafterChain:
     """Drafters in tie-break order; ``cost`` (a PassCost) makes draft lengths and choices cost-aware."""
 
     def __init__(self, entries: list[ChainEntry], n_vocab: int, n_min: int = 0, cost: PassCost | None = None,
-                 arbitration: str = "gain"):
+                 arbitration: str = "gain", n_max: int = 16):
         if arbitration not in ARBITRATIONS:
             raise ValueError(f"arbitration {arbitration!r}: expected one of {', '.join(ARBITRATIONS)}")
         self.entries = entries
         self.n_vocab = n_vocab
         self.n_min = max(1, n_min)
+        self.n_max = n_max      # the longest draft a step verifies
         self.cost = cost
         self.arbitration = arbitration
         self.agreement: dict[int, Acceptance] = {}   # by context support: how often agreed-on positions stand
@@ -126,16 +131,44 @@ class DrafterChain:
         self.expected = 1.0     # tokens the last step's pass is expected to yield for this sequence
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
-        """A request starts: each drafter sees the prompt and learns how drafts are accepted (``Drafter.begin``)."""
+        """A request starts: each drafter sees the prompt and learns how drafts are accepted (``Drafter.begin``).
+        A model whose catching up on the prompt costs more than a draft of it could bring back is begun only if
+        and when it is asked."""
         self._candidates, self._chosen = [], None
         self.support.reset()
         for entry in self._active():
             entry.record.restart()
-            start = time.perf_counter()
-            self._guard(entry, "begin", entry.begin, prompt, sampling)
-            seconds = time.perf_counter() - start
-            entry.stats.begin_ms += seconds * 1e3
-            entry.record.began(len(prompt), seconds if entry.drafter.uses_model else 0.0)
+            if self._cannot_pay_for(entry, len(prompt)):
+                entry.deferred_begin = (prompt.copy(), sampling)
+                entry.record.deferred()
+                entry.stats.begins_deferred += 1
+            else:
+                self._begin(entry, prompt, sampling)
+
+    def _begin(self, entry: ChainEntry, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
+        """Begin one drafter, timing a model's catching up (kept across runs where a store is given)."""
+        entry.deferred_begin = None
+        before, start = cpu_times(), time.perf_counter()
+        self._guard(entry, "begin", entry.begin, prompt, sampling)
+        seconds = time.perf_counter() - start
+        entry.stats.begin_ms += seconds * 1e3
+        timed = entry.record.began(len(prompt), seconds if entry.drafter.uses_model else 0.0)
+        if timed and entry.catch_up_store is not None and entry.disabled is None:
+            entry.catch_up_store.save(entry.record.catch_up, other_load(before, cpu_times(), seconds))
+
+    def _cannot_pay_for(self, entry: ChainEntry, n_prompt: int) -> bool:
+        """Whether a model known to catch up at its rate could not pay for evaluating the prompt even with a
+        longest draft all right (the gain rule only: under priority the first draft wins whatever it costs). A
+        begin cheaper than a single pass is not worth saving: it makes the first-step probe, which times the
+        model's calls again, cost next to nothing."""
+        record, cost = entry.record, self.cost
+        if not (entry.drafter.uses_model and cost is not None and self.arbitration == "gain"):
+            return False
+        catching_up = record.catch_up * n_prompt
+        if catching_up < cost.seconds(1):
+            return False
+        rate = best_cut(np.ones(self.n_max), cost, record.cost, self.n_min, catching_up=catching_up)[1]
+        return rate <= plain_rate(cost)
 
     def draft(self, history: np.ndarray, n_max: int, share: PassShare = ALONE) -> Draft:
         """The draft to verify next (at most ``n_max`` tokens), or NO_DRAFT; ``share`` is what the rest of the
@@ -314,6 +347,10 @@ class DrafterChain:
 
     def _ask(self, entry: ChainEntry, history: np.ndarray, n_max: int) -> _Candidate | None:
         """Ask one drafter; a valid non-empty draft becomes a candidate of this step."""
+        if entry.deferred_begin is not None:
+            self._begin(entry, *entry.deferred_begin)
+            if entry.disabled is not None:
+                return None
         entry.stats.calls += 1
         entry.record.asked(len(history))
         start = time.perf_counter()

@@ -7,13 +7,16 @@ with its own per-request state; what a drafter means to share across requests, i
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import TYPE_CHECKING, Sequence
 
+from specframe.drafting.catch_up import CatchUpStore, catch_up_folder
 from specframe.drafting.chain import ChainEntry, DrafterChain, DrafterStats
 from specframe.drafting.pass_cost import PassCost
 from specframe.drafting.protocol import Drafter, DrafterEnv
 from specframe.errors import ParamError, SpecframeError
+from specframe.llama import library_prefix
 
 if TYPE_CHECKING:
     from specframe.config import Config, DrafterConfig
@@ -54,8 +57,7 @@ class ConfiguredDrafters:
                 drafters = drafter_type.cls.for_slots(drafter_cfg.params, self.env, self.slots)
                 if len(drafters) != self.slots:
                     raise TypeError(f"for_slots() made {len(drafters)} drafters for {self.slots} slots")
-                self._made[drafter_cfg.name] = [
-                    ChainEntry(drafter_cfg.name, drafter, drafter_type.plugin, DrafterStats()) for drafter in drafters]
+                self._made[drafter_cfg.name] = [self._entry(drafter_cfg, drafter) for drafter in drafters]
             except ParamError as exc:
                 raise self.config.drafter_error(drafter_cfg, exc) from None
             except SpecframeError:
@@ -66,9 +68,21 @@ class ConfiguredDrafters:
                 self._made[drafter_cfg.name] = None
         return self._made[drafter_cfg.name]
 
+    def _entry(self, drafter_cfg: "DrafterConfig", drafter: Drafter) -> ChainEntry:
+        """A chain entry; a model's starts with the catch-up rate an earlier run timed for the same settings."""
+        entry = ChainEntry(drafter_cfg.name, drafter, drafter_cfg.drafter_type.plugin, DrafterStats())
+        if drafter.uses_model:
+            identity = (f"{drafter_cfg.type}:{drafter_cfg.params!r}:{self.env.n_threads}:{self.env.n_gpu_layers}:"
+                        f"{library_prefix()}")
+            key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+            entry.catch_up_store = CatchUpStore(catch_up_folder(), key)
+            entry.record.catch_up = entry.catch_up_store.load()
+        return entry
+
     def _new_chain(self, entries: list[ChainEntry]) -> DrafterChain:
         speculative = self.config.speculative
-        return DrafterChain(entries, self.n_vocab, speculative.n_min, self.cost, speculative.arbitration)
+        return DrafterChain(entries, self.n_vocab, speculative.n_min, self.cost, speculative.arbitration,
+                            speculative.n_max)
 
     def _all(self) -> list[ChainEntry]:
         return [entry for slots in self._made.values() if slots is not None for entry in slots]

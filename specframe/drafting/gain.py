@@ -166,8 +166,10 @@ class DrafterRecord:
     _burst_through_misses: bool = False   # the burst of a request's first steps goes on after a miss
     _expected: float = CALIBRATION_PRIOR   # decayed sums of tokens its verified drafts were expected to get right,
     _confirmed: float = CALIBRATION_PRIOR  # and of those that were
-    _catch_up: float = 0.0           # a model's seconds per token it evaluates in a batch, timed over its begin
+    catch_up: float = 0.0            # a model's seconds per token it evaluates in a batch, timed over its begin
+                                     # (0: not known yet)
     _seen: int = 0                   # the history's length at its last call (or begin)
+    _deferred: bool = False          # its begin waits for its first call: it has evaluated none of the request
 
     @property
     def trust(self) -> float:
@@ -178,21 +180,29 @@ class DrafterRecord:
     def restart(self) -> None:
         self._rest, self._run, self._first_step, self._burst = self._rest[:0], 0, True, 0
 
-    def began(self, n_prompt: int, seconds: float) -> None:
-        """Its begin took ``seconds`` over a prompt of ``n_prompt`` tokens. A model's begin evaluates the prompt
-        in a batch, as a model held back evaluates every token it missed before it can draft again."""
-        self._seen = n_prompt
-        if n_prompt >= CATCH_UP_TIMED_FROM:
-            self._catch_up = seconds / n_prompt
+    def began(self, n_prompt: int, seconds: float) -> bool:
+        """Its begin took ``seconds`` over a prompt of ``n_prompt`` tokens; return whether that timed its catching
+        up. A model's begin evaluates the prompt in a batch, as a model held back evaluates every token it missed
+        before it can draft again."""
+        self._seen, self._deferred = n_prompt, False
+        timed = n_prompt >= CATCH_UP_TIMED_FROM and seconds > 0
+        if timed:
+            self.catch_up = seconds / n_prompt
+        return timed
+
+    def deferred(self) -> None:
+        """Its begin waits for its first call, which must then evaluate the whole history first."""
+        self._seen, self._deferred = 0, True
 
     def asked(self, n_history: int) -> None:
         self._seen = n_history
 
     def catching_up(self, n_history: int) -> float:
         """Seconds a model not asked at the last step would spend on the tokens it missed before drafting: a probe
-        after a long wait pays for every token decoded meanwhile, and on a CPU whose batches cost nearly as much as
-        their tokens one by one, that is more than a short draft can bring back."""
-        return self._catch_up * max(0, n_history - self._seen) if self.skipped else 0.0
+        after a long wait pays for every token decoded meanwhile (and a model whose begin was deferred, for the
+        prompt too), and on a CPU whose batches cost nearly as much as their tokens one by one, that is more than a
+        short draft can bring back."""
+        return self.catch_up * max(0, n_history - self._seen) if self.skipped or self._deferred else 0.0
 
     def run_of(self, draft_tokens: np.ndarray) -> int:
         """The run bucket of a draft: 0 unless it carries on the drafter's last draft, which held up so far."""
@@ -262,7 +272,8 @@ class DrafterRecord:
         (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model is
         probed only where it could pay: a draft model held back first catches up on every token it missed, a
         tenth of a run on a CPU where nothing pays, and where cheap drafts pay, its probes cost more than what they
-        tell. After a request's first step, a model is asked or probed at each of the next MODEL_BURST steps while
+        tell. Nor is a model whose begin was deferred probed at the first step: the probe would evaluate the
+        prompt. After a request's first step, a model is asked or probed at each of the next MODEL_BURST steps while
         it stays in step (a probe then costs only its two draft tokens): the first tokens of a reply are where
         drafts miss most, and one miss must not hold a model back for a whole run. After a later probe, the same
         burst goes on while its drafts come out right."""
@@ -276,7 +287,7 @@ class DrafterRecord:
             return ASK
         if uses_model and not could_pay:
             self._burst = 0
-            if not first:
+            if not first or self._deferred:    # a deferred model's first-step probe would evaluate the prompt
                 return None
             self.skipped = 0
             return PROBE

@@ -164,9 +164,9 @@ class PassCost:
         sizes = sorted(set(sizes) | {1})
         run_pass(max(sizes))                                  # warm-up: first-touch costs are not a pass's cost
         for attempt in range(2):
-            before, started = _cpu_times(), time.monotonic()
+            before, started = cpu_times(), time.monotonic()
             table = self._measure(run_pass, sizes)
-            self.other_load = _other_load(before, _cpu_times(), time.monotonic() - started)
+            self.other_load = other_load(before, cpu_times(), time.monotonic() - started)
             try:
                 check_table(table)
                 break
@@ -293,7 +293,7 @@ def _agreed(samples: list[float]) -> float | None:
     return None
 
 
-def _cpu_times() -> tuple[float, float] | None:
+def cpu_times() -> tuple[float, float] | None:
     """(CPU seconds used by every process, by this one) so far, from /proc; None where there is no /proc."""
     try:
         fields = pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
@@ -305,8 +305,8 @@ def _cpu_times() -> tuple[float, float] | None:
         return None
 
 
-def _other_load(before, after, wall: float) -> float | None:
-    """Cores other processes kept busy between two ``_cpu_times`` readings."""
+def other_load(before, after, wall: float) -> float | None:
+    """Cores other processes kept busy between two ``cpu_times`` readings."""
     if before is None or after is None or wall <= 0:
         return None
     return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall)
