@@ -90,17 +90,20 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
         [[drafter]]
         type = "ngram-simple"
         """)
+    prompt = workload("code-editing").prompt
     with Engine.from_config(config) as engine:
         real = engine.calibrate()
+        clean = engine.generate(prompt, max_tokens=200).stats      # how much pays on this CPU, with the real table
         single = real.seconds(1)
         poisoned = PassCost({n: min(2 * real.seconds(n), 1.5 * n * single) if n > 1 else single
                              for n in range(1, 18)}, measured_at=time.time(), other_load=0.0)
         engine.pass_cost_store.path.write_text(poisoned.to_json())
     with Engine.from_config(config) as engine:
-        result = engine.generate(workload("code-editing").prompt, max_tokens=200)
+        result = engine.generate(prompt, max_tokens=200)
         healed = engine.pass_cost.seconds(16)
         assert result.stats.calibration_seconds > 0 and healed < 0.75 * poisoned.seconds(16)
-        assert result.stats.n_accepted > 20, result.stats.as_dict()
+        # On a CPU whose batches cost nearly their tokens one by one, few drafts pay even with the real table.
+        assert clean.n_accepted > 0 and result.stats.n_accepted >= 0.5 * clean.n_accepted, (clean, result.stats)
         stored = engine.pass_cost_store.load()      # the healed table, or none where the CPU was too busy to store it
         assert stored is None or stored.seconds(16) < 0.75 * poisoned.seconds(16)
 
