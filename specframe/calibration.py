@@ -91,4 +91,4 @@ class Calibration:
             ctx.truncate(n_past, seq)
             return seconds
 
-        cost.calibrate(run_pass, sizes)
+        cost.calibrate(run_pass, sizes, repeat_size=ctx.model.offloaded)

@@ -24,20 +24,27 @@ def test_interpolates_and_extrapolates_what_it_has_not_measured():
     assert PassCost().seconds(3) == pytest.approx(2.0)    # nothing measured: half a pass per extra token
 
 
-def test_calibration_warms_up_interleaves_and_ignores_a_disturbed_sample():
+@pytest.mark.parametrize("repeat_size", [False, True])
+def test_calibration_warms_up_interleaves_and_ignores_a_disturbed_sample(repeat_size):
     calls = []
+    timed = []
 
     def run_pass(n):
         calls.append(n)
-        slowed = n == 8 and calls.count(8) == 4     # the second timed sample of size 8: another process ran
+        untimed = len(calls) == 1 or (repeat_size and len(calls) % 2 == 0)    # the warm-up; the repeated size
+        if not untimed:
+            timed.append(n)
+        slowed = n == 8 and timed.count(8) == 2     # the second timed sample of size 8: another process ran
         return EPYC[n] / 1000 * (5.0 if slowed else 1.0)
 
     cost = PassCost()
-    cost.calibrate(run_pass, range(1, 18))
+    cost.calibrate(run_pass, range(1, 18), repeat_size=repeat_size)
     assert calls[0] == 17                                   # an untimed warm-up at the largest size first
-    rounds = calls[1::2]                                    # each timed pass follows an untimed one of its size
-    assert calls[1::2] == calls[2::2]
+    if repeat_size:
+        assert calls[1::2] == calls[2::2]                   # each timed pass follows an untimed one of its size
+    rounds = calls[1::2] if repeat_size else calls[1:]
     assert rounds[:17] == list(range(1, 18)) and rounds[17:34] == list(range(17, 0, -1))   # interleaved
+    assert len(rounds) == 34 + 1                            # a third round for the disturbed size only
     assert cost.measured == pytest.approx(seconds(EPYC))    # agreeing samples decide; the slowed one is ignored
 
 

@@ -6,8 +6,11 @@ off. Hence:
 
 - **Calibration** times every size in interleaved rounds (forward, backward, forward...), after an untimed warm-up
   pass, and keeps for each size the least time of samples that agree (noise on a CPU only ever adds time). Sizes
-  whose samples disagree get more rounds. The other processes' CPU use during calibration is measured, and a table
-  taken under load is used for the run but not stored.
+  whose samples disagree get more rounds. Where a GPU runs the model, each timed pass follows an untimed one of its
+  size, since in decoding it replays the graph it captured for that size; a CPU keeps no such state, and untimed
+  passes there would only double the stall of a measurement (50 s instead of 25 on a first-generation EPYC). The
+  other processes' CPU use during calibration is measured, and a table taken under load is used for the run but
+  not stored.
 - **Sanity bounds.** A pass over k tokens cannot cost less than one over a single token, nor (with slack) more
   than k single passes. A table that breaks them is impossible: it is measured again, and never stored or loaded.
 - **Healing.** The engine reports every pass it times. When the recent passes, whatever their sizes, take more
@@ -157,15 +160,15 @@ class PassCost:
 
     # --- calibration -----------------------------------------------------------------------------------------
 
-    def calibrate(self, run_pass: Callable[[int], float], sizes: Iterable[int]) -> None:
-        """Measure every size with ``run_pass(n) -> seconds`` and replace the table; see the module docstring.
-        A table measured impossible twice (a machine too busy to tell) is forced into the bounds, used for this
-        run and not stored."""
+    def calibrate(self, run_pass: Callable[[int], float], sizes: Iterable[int], *, repeat_size: bool = False) -> None:
+        """Measure every size with ``run_pass(n) -> seconds`` and replace the table; see the module docstring
+        (``repeat_size``: time each pass after an untimed one of its size, for a GPU). A table measured impossible
+        twice (a machine too busy to tell) is forced into the bounds, used for this run and not stored."""
         sizes = sorted(set(sizes) | {1})
         run_pass(max(sizes))                                  # warm-up: first-touch costs are not a pass's cost
         for attempt in range(2):
             before, started = cpu_times(), time.monotonic()
-            table = self._measure(run_pass, sizes)
+            table = self._measure(run_pass, sizes, repeat_size)
             self.other_load = other_load(before, cpu_times(), time.monotonic() - started)
             try:
                 check_table(table)
@@ -184,15 +187,16 @@ class PassCost:
         self.stale_reason = None
 
     @staticmethod
-    def _measure(run_pass: Callable[[int], float], sizes: list[int]) -> dict[int, float]:
+    def _measure(run_pass: Callable[[int], float], sizes: list[int], repeat_size: bool) -> dict[int, float]:
         samples: dict[int, list[float]] = {n: [] for n in sizes}
         for round_ in range(MAX_ROUNDS):
             pending = [n for n in sizes if round_ < 2 or not _agreed(samples[n])]
             if not pending:
                 break
             for n in (pending if round_ % 2 == 0 else reversed(pending)):
-                run_pass(n)                       # untimed: the timed pass follows one of its own size, as in
-                samples[n].append(run_pass(n))    # decoding (a GPU reuses the graph it captured for that size)
+                if repeat_size:
+                    run_pass(n)
+                samples[n].append(run_pass(n))
         return {n: _agreed(s) or min(s) for n, s in samples.items()}
 
     # --- storage ---------------------------------------------------------------------------------------------

@@ -131,6 +131,13 @@ class Model(Handle):
         self._lib.llama_model_free(handle)
 
     @property
+    def offloaded(self) -> bool:
+        """Whether some of its layers run on a GPU (which, unlike a CPU, replays the graph it captured for a
+        batch size)."""
+        settings = self.settings
+        return settings.n_gpu_layers != 0 and settings.device != [NO_DEVICE] and bool(_offload_devices())
+
+    @property
     def chat_template(self) -> str | None:
         raw = self._lib.llama_model_chat_template(self.handle, self._ffi.NULL)
         return None if raw == self._ffi.NULL else self._ffi.string(raw).decode("utf-8", "replace")
