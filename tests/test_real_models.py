@@ -79,8 +79,11 @@ def test_qwen_answers_the_example_prompt_from_the_cli():
 def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_config):
     """A stored table that says every pass costs twice what it does, up to 1.5 k single passes for k tokens
     (possible, so it loads, but no draft would pay): the next run verifies a likely draft anyway, sees the pass is
-    far cheaper, measures the table again and speculates. (Poisoned by a factor of the real costs, not as 1.5 k
-    on every CPU: where a pass over k tokens really costs nearly k single ones, 1.5 k is hardly wrong.)"""
+    far cheaper, measures the table again and speculates about as much as a run that had the healed table from its
+    start. (Poisoned by a factor of the real costs, not as 1.5 k on every CPU: where a pass over k tokens really
+    costs nearly k single ones, 1.5 k is hardly wrong. Compared with a run on the same healed table, not on the
+    first measured one: where few drafts pay, as on a CPU whose batches cost nearly their tokens one by one, how many
+    do swings with the noise of a measurement.)"""
     config = write_config("""
         [target]
         model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -93,19 +96,22 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
     prompt = workload("code-editing").prompt
     with Engine.from_config(config) as engine:
         real = engine.calibrate()
-        clean = engine.generate(prompt, max_tokens=200).stats      # how much pays on this CPU, with the real table
         single = real.seconds(1)
         poisoned = PassCost({n: min(2 * real.seconds(n), 1.5 * n * single) if n > 1 else single
                              for n in range(1, 18)}, measured_at=time.time(), other_load=0.0)
         engine.pass_cost_store.path.write_text(poisoned.to_json())
     with Engine.from_config(config) as engine:
         result = engine.generate(prompt, max_tokens=200)
-        healed = engine.pass_cost.seconds(16)
-        assert result.stats.calibration_seconds > 0 and healed < 0.75 * poisoned.seconds(16)
-        # On a CPU whose batches cost nearly their tokens one by one, few drafts pay even with the real table.
-        assert clean.n_accepted > 0 and result.stats.n_accepted >= 0.5 * clean.n_accepted, (clean, result.stats)
+        healed = engine.pass_cost
+        assert result.stats.calibration_seconds > 0 and healed.seconds(16) < 0.75 * poisoned.seconds(16)
         stored = engine.pass_cost_store.load()      # the healed table, or none where the CPU was too busy to store it
         assert stored is None or stored.seconds(16) < 0.75 * poisoned.seconds(16)
+        # stored as measured without load, so that the next engine uses it whatever this CPU's load was
+        engine.pass_cost_store.path.write_text(PassCost(healed.measured, measured_at=time.time(),
+                                                        other_load=0.0).to_json())
+    with Engine.from_config(config) as engine:
+        clean = engine.generate(prompt, max_tokens=200).stats      # how much pays with that table from the start
+    assert clean.n_accepted > 0 and result.stats.n_accepted >= 0.5 * clean.n_accepted, (clean, result.stats)
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused_without_token_mapping(write_config):
