@@ -3,6 +3,7 @@ clone)."""
 
 import json
 import pathlib
+import statistics
 import time
 
 import pytest
@@ -76,6 +77,11 @@ def test_qwen_answers_the_example_prompt_from_the_cli():
     assert all(d["calls"] > 10 for name, d in drafters.items() if name != "draft-model")   # asked every step
 
 
+def median_ratio(table: PassCost, to: PassCost) -> float:
+    """The median over multi-token sizes of what ``table`` says a pass costs against what ``to`` says."""
+    return statistics.median(table.seconds(n) / to.seconds(n) for n in range(2, 18))
+
+
 def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_config):
     """A stored table that says every pass costs twice what it does, up to 1.5 k single passes for k tokens
     (possible, so it loads, but no draft would pay): the next run verifies a likely draft anyway, sees the pass is
@@ -83,7 +89,8 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
     start. (Poisoned by a factor of the real costs, not as 1.5 k on every CPU: where a pass over k tokens really
     costs nearly k single ones, 1.5 k is hardly wrong. Compared with a run on the same healed table, not on the
     first measured one: where few drafts pay, as on a CPU whose batches cost nearly their tokens one by one, how many
-    do swings with the noise of a measurement.)"""
+    do swings with the noise of a measurement. Healing is judged on the median over sizes: one size measured again
+    on a busy CPU can come out half again its quiet cost.)"""
     config = write_config("""
         [target]
         model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -103,9 +110,9 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
     with Engine.from_config(config) as engine:
         result = engine.generate(prompt, max_tokens=200)
         healed = engine.pass_cost
-        assert result.stats.calibration_seconds > 0 and healed.seconds(16) < 0.75 * poisoned.seconds(16)
+        assert result.stats.calibration_seconds > 0 and median_ratio(healed, poisoned) < 0.75, healed.measured
         stored = engine.pass_cost_store.load()      # the healed table, or none where the CPU was too busy to store it
-        assert stored is None or stored.seconds(16) < 0.75 * poisoned.seconds(16)
+        assert stored is None or median_ratio(stored, poisoned) < 0.75, stored.measured
         # stored as measured without load, so that the next engine uses it whatever this CPU's load was
         engine.pass_cost_store.path.write_text(PassCost(healed.measured, measured_at=time.time(),
                                                         other_load=0.0).to_json())
