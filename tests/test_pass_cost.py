@@ -143,6 +143,41 @@ def test_one_pass_much_faster_than_the_table_proves_it_wrong():
     assert cost.stale and "16 token" in cost.stale_reason
 
 
+@pytest.mark.parametrize("pace", [0.7, 1.6])
+def test_a_machine_whose_pace_drifts_alike_for_every_size_is_not_measured_again(pace):
+    """A noisy CPU runs every size slower, or faster, for a while (seen here: single passes at 96 ms against the
+    table's 59): no choice changes, and measuring again would stall the request for seconds."""
+    real = seconds(EPYC)
+    cost = PassCost(real)
+    for _ in range(3):
+        for n in (1, 1, 16, 1, 9, 4, 1, 12, 1, 1):
+            cost.observe(n, pace * real[n])
+    assert not cost.stale, cost.stale_reason
+
+
+@pytest.mark.parametrize("pace", [0.7, 1.0, 1.6])
+def test_a_wrong_shape_is_found_whatever_the_pace(pace):
+    """Batches dearer (or cheaper) against single passes than the table says are found at any pace."""
+    real = seconds(EPYC)
+    for shape, reason in ((2.0, "times what the table says"), (0.6, "single-token passes take")):
+        cost = PassCost(real)
+        for n in (1, 1, 1, 16, 9, 4, 12, 8):
+            cost.observe(n, pace * (1.0 if n == 1 else shape) * real[n])
+        assert cost.stale and reason in cost.stale_reason, (shape, cost.stale_reason)
+
+
+def test_a_pace_far_from_the_table_is_measured_again():
+    """Passes at half the table's time, or at two and a half times it, whatever their sizes: a table poisoned by
+    a constant, or a CPU another process keeps busy."""
+    real = seconds(EPYC)
+    for pace in (0.45, 2.5):
+        cost = PassCost(real)
+        for n in (1, 1, 1, 1, 1):
+            assert not cost.stale
+            cost.observe(n, pace * real[n])
+        assert cost.stale and "times what the table says" in cost.stale_reason
+
+
 def test_soon_after_a_measurement_a_faster_size_is_taken_as_observed_not_measured_again():
     """A GPU replays the graph it captured when passes of one size follow each other: the loop can be faster than
     any measurement, and measuring again would find the same. The entry takes the observed time instead."""

@@ -13,13 +13,18 @@ off. Hence:
   not stored.
 - **Sanity bounds.** A pass over k tokens cannot cost less than one over a single token, nor (with slack) more
   than k single passes. A table that breaks them is impossible: it is measured again, and never stored or loaded.
-- **Healing.** The engine reports every pass it times. When the recent passes, whatever their sizes, take more
-  than half again what the table says (the median of their ratios to it over the last few), or one takes less than
-  four fifths of it, the table is stale (other load, another power state, a poisoned file) and the engine measures
-  it again. Ratios pooled over sizes find a table that is too cheap within a few drafts even when every draft has
-  another length. A table this process measured is not measured again for ``REMEASURE_AFTER_SECONDS``: a
-  measurement stalls every request for seconds, and a machine that merely got slower keeps the table's shape,
-  which is what the choices depend on (a size found faster in the loop takes the observed time meanwhile).
+- **Healing.** The engine reports every pass it times, and the table is judged on its shape, not its level:
+  the choices weigh passes against each other, so a machine that runs every size alike slower or faster (its pace
+  drifts: a busy neighbour, another power state) changes none of them, and measuring again would stall every
+  request for seconds to find the same shape. The pace is what recent single-token passes take against the
+  table. When the recent passes, whatever their sizes, take more than half again that pace (the median of their
+  ratios to the table over the last few), or one pass takes less than four fifths of the fastest recent single's
+  ratio, the shape is wrong (a poisoned file, a table taken under another load) and the engine measures it
+  again; so it does when the pace itself is off by more than ``GROSS``, which no drift of an idle machine
+  explains. Where no single-token pass was seen lately, the table's own level stands for the pace. Ratios pooled
+  over sizes find a table that is too cheap within a few drafts even when every draft has another length. A table
+  this process measured is not measured again for ``REMEASURE_AFTER_SECONDS`` (a size found faster in the loop
+  takes the observed time meanwhile).
 - **Ageing.** A stored table records when it was taken and under what load; after ``MAX_AGE_SECONDS`` it is
   measured again.
 """
@@ -49,10 +54,11 @@ AGREEMENT = 0.15                     # two samples of a size agree when within 1
 MAX_ROUNDS = 5
 FLOOR_SLACK = 0.85                   # t(k) >= 0.85 t(1): a bigger pass never costs less than a single token's
 CEILING_SLACK = 1.5                  # t(k) <= 1.5 k t(1): nor more than k single passes, with slack
-DRIFT = 1.5                          # passes slower than the table by this factor, most of the last few: stale
-FASTER = 1.25                        # one pass faster than the table by this factor: stale (noise only adds time,
+DRIFT = 1.5                          # passes slower than the pace by this factor, most of the last few: stale
+FASTER = 1.25                        # one pass faster than the pace by this factor: stale (noise only adds time,
                                      # and loop passes run ~10% slower than measured ones, so it is never noise)
-DRIFT_WINDOW = 5                     # the last passes (any sizes) whose median ratio to the table is compared
+GROSS = 2.0                          # a pace this far off the table's level, either way: stale (a busy CPU)
+DRIFT_WINDOW = 5                     # the last passes (any sizes, and single-token ones) whose ratios are compared
 REMEASURE_AFTER_SECONDS = 300.0      # after a measurement here, no other for this long: one costs ~20 s of
                                      # every request's time, and a slowdown of every size alike changes no choice
 
@@ -88,6 +94,7 @@ class PassCost:
         self.measured_at = measured_at
         self.other_load = other_load
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
+        self._recent_single_ratios: deque = deque(maxlen=DRIFT_WINDOW)     # the pace
         self._measured_here: float | None = None        # monotonic time of this process's last measurement
         self.stale_reason: str | None = None
 
@@ -134,12 +141,16 @@ class PassCost:
     def observe(self, n_tokens: int, seconds: float) -> None:
         """A pass the engine timed. A slower pass never changes the table (a warm-up pass, or one slowed by another
         process, must not poison it); shortly after a measurement a much faster one takes its size's entry, and
-        otherwise observations only tell when the table has gone stale. Noise only ever adds time, so one
-        pass much faster than the table proves it wrong, while slower ones must be slow most of the last five."""
+        otherwise observations only tell when the table has gone stale (see the module docstring). Noise only ever
+        adds time, so one pass much faster than the pace proves the table wrong, while slower ones must be slow
+        most of the last five."""
         if n_tokens not in self._seconds or self.stale:
             return
         expected = self._seconds[n_tokens]
-        self._recent_ratios.append(seconds / expected)
+        ratio = seconds / expected
+        self._recent_ratios.append(ratio)
+        if n_tokens == 1:
+            self._recent_single_ratios.append(ratio)
         lately = (self._measured_here is not None
                   and time.monotonic() - self._measured_here < REMEASURE_AFTER_SECONDS)
         if seconds * FASTER < expected and lately:
@@ -149,13 +160,18 @@ class PassCost:
             return
         if lately:
             return
-        if seconds * FASTER < expected:
+        singles = self._recent_single_ratios
+        fastest_single, pace = (min(singles), statistics.median(singles)) if singles else (1.0, 1.0)
+        level = statistics.median(self._recent_ratios)
+        full = len(self._recent_ratios) == DRIFT_WINDOW
+        if ratio * FASTER < fastest_single:
             self.stale_reason = (f"a pass of {n_tokens} token(s) took {seconds * 1e3:.1f} ms, the table says "
-                                 f"{expected * 1e3:.1f} ms")
-        elif (len(self._recent_ratios) == DRIFT_WINDOW
-              and (ratio := statistics.median(self._recent_ratios)) > DRIFT):
-            self.stale_reason = (f"the last {DRIFT_WINDOW} passes took {ratio:.1f} times what the table says "
-                                 f"(the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms against "
+                                 f"{expected * 1e3:.1f} ms" + (f" and single-token passes take {pace:.2f} times "
+                                                              "what it says" if singles else ""))
+        elif full and (level > DRIFT * pace or not 1 / GROSS <= level <= GROSS):
+            self.stale_reason = (f"the last {DRIFT_WINDOW} passes took {level:.1f} times what the table says"
+                                 + (f", single-token passes {pace:.1f} times" if singles else "")
+                                 + f" (the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms against "
                                  f"{expected * 1e3:.1f} ms)")
 
     # --- calibration -----------------------------------------------------------------------------------------
@@ -183,6 +199,7 @@ class PassCost:
         self.measured_at = time.time()
         self._seconds, self._each = table, self._each[:0]
         self._recent_ratios.clear()
+        self._recent_single_ratios.clear()
         self._measured_here = time.monotonic()
         self.stale_reason = None
 
