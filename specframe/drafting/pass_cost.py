@@ -21,7 +21,7 @@ off. Hence:
   ratios to the table over the last few), or one pass takes less than four fifths of the fastest recent single's
   ratio, the shape is wrong (a poisoned file, a table taken under another load) and the engine measures it
   again; so it does when the pace itself is off by more than ``GROSS``, which no drift of an idle machine
-  explains. Where no single-token pass was seen lately, the table's own level stands for the pace. Ratios pooled
+  explains. Until a single-token pass is timed against the table, its own level stands for the pace. Ratios pooled
   over sizes find a table that is too cheap within a few drafts even when every draft has another length. A table
   this process measured is not measured again for ``REMEASURE_AFTER_SECONDS`` (a size found faster in the loop
   takes the observed time meanwhile).
