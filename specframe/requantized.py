@@ -23,9 +23,10 @@ from specframe.paths import cache_dir, models_dir
 
 def requantized(source: pathlib.Path, quant_type: str, threads: int = 0) -> pathlib.Path:
     """``source`` re-quantized into ``quant_type`` (see specframe.llama.quantize.QUANT_TYPES), made on first use."""
-    from specframe.llama.quantize import quantize
+    from specframe.llama.quantize import RECIPE, quantize
 
-    destination = _folder(source) / f"{source.stem}.{source_hash(source)[:16]}.{quant_type}.gguf"
+    copies = f"{source.stem}.{source_hash(source)[:16]}.{quant_type}."     # the name of every recipe's copy starts so
+    destination = _folder(source) / f"{copies}r{RECIPE}.gguf"
     if destination.is_file():
         return destination
     with locked(destination):
@@ -36,6 +37,9 @@ def requantized(source: pathlib.Path, quant_type: str, threads: int = 0) -> path
                 os.replace(partial, destination)
             finally:
                 partial.unlink(missing_ok=True)
+            for earlier in destination.parent.glob(f"{copies}*gguf"):   # an earlier recipe's copy is never read again
+                if earlier != destination:
+                    earlier.unlink(missing_ok=True)
     return destination
 
 
