@@ -231,11 +231,12 @@ class DrafterChain:
                         to_beat: float) -> _Candidate | None:
         """Ask a drafter whose drafting costs time only when its draft is expected to beat ``to_beat`` tokens per
         second, or as a probe (gain.DrafterRecord.decide)."""
-        record = entry.record
+        record, uses_model = entry.record, entry.drafter.uses_model
         catching_up = record.catching_up(len(history))
-        length, prospect = best_cut(record.p_next(n_max), cost, record.cost, self.n_min, record.trust, self._share,
+        reach = record.reach(n_max) if uses_model else n_max
+        length, prospect = best_cut(record.p_next(reach), cost, record.cost, self.n_min, record.trust, self._share,
                                     catching_up)
-        expected_to_pay, uses_model = prospect > to_beat, entry.drafter.uses_model
+        expected_to_pay = prospect > to_beat
         could_pay = (uses_model and not expected_to_pay                 # only then does decide() weigh it
                      and not self._worth_verifying(to_beat, self._plain_rate())
                      and best_cut(np.ones(n_max), cost, record.cost, self.n_min, share=self._share,
@@ -359,6 +360,7 @@ class DrafterChain:
         entry.stats.draft_ms += seconds * 1e3
         draft = self._validated(entry, result, n_max) if entry.disabled is None else None
         entry.record.cost.observe(len(draft) if draft is not None else 0, seconds)
+        entry.record.drafted(len(draft) if draft is not None else 0, n_max, self.n_max)
         if draft is None or len(draft) < self.n_min:
             return None
         entry.stats.drafts += 1

@@ -46,6 +46,7 @@ CHEAP_SHARE = 0.02      # a drafter whose calls cost less than this share of a s
 COST_SAMPLES = 4        # calls timed before a drafter can be found costly by its calls' time (one slow first call
                         # that indexed a whole prompt, or met a page fault, must not hold it back for good)
 CATCH_UP_TIMED_FROM = 16   # prompt tokens a model's begin must evaluate to time its catching up by
+REACH_SAMPLES = 8          # a model's recent calls whose draft lengths tell how long its drafts come out
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ class DrafterRecord:
     later: Acceptance = field(default_factory=lambda: Acceptance(hits=0.9 * PRIOR_WEIGHT,
                                                                  misses=0.1 * PRIOR_WEIGHT))  # after an accepted one
     cost: CallCost = field(default_factory=CallCost)
+    _reach: deque = field(default_factory=lambda: deque(maxlen=REACH_SAMPLES))   # how far its recent drafts went
     skipped: int = 0                 # steps not asked since it was last asked
     probe_every: int = PROBE_EVERY
     _rest: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))  # what its last draft still
@@ -229,6 +231,18 @@ class DrafterRecord:
                                                       # a run goes on
             self.by_run[run] = Acceptance(hits=prior * PRIOR_WEIGHT, misses=(1 - prior) * PRIOR_WEIGHT)
         return self.by_run[run]
+
+    def drafted(self, n_tokens: int, asked: int, longest: int) -> None:
+        """A call asked for ``asked`` tokens returned ``n_tokens``. A draft that stopped short of the ask (a model
+        stops where its confidence falls under p_min) shows how far its drafts go; one that filled the ask could
+        have gone on, up to ``longest``."""
+        self._reach.append(n_tokens if n_tokens < asked else longest)
+
+    def reach(self, n_max: int) -> int:
+        """The draft length a model's next draft can be counted on for: the median of how far its recent drafts
+        went (``n_max`` before any). On text where it is seldom confident its calls return little or nothing, and
+        a prospect priced at full length would ask it at every step for drafts it does not make."""
+        return min(n_max, int(statistics.median(self._reach))) if self._reach else n_max
 
     def p_next(self, length: int) -> np.ndarray:
         """Acceptance of the tokens of a draft not made yet (it would carry on the last one if that held up)."""
