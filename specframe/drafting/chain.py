@@ -359,8 +359,9 @@ class DrafterChain:
         seconds = time.perf_counter() - start
         entry.stats.draft_ms += seconds * 1e3
         draft = self._validated(entry, result, n_max) if entry.disabled is None else None
-        entry.record.cost.observe(len(draft) if draft is not None else 0, seconds)
-        entry.record.drafted(len(draft) if draft is not None else 0, n_max, self.n_max)
+        n_drafted = len(draft) if draft is not None else 0
+        entry.record.cost.observe(n_drafted, seconds)
+        entry.record.drafted(n_drafted, n_max, self.n_max)
         if draft is None or len(draft) < self.n_min:
             return None
         entry.stats.drafts += 1
