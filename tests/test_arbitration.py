@@ -90,7 +90,11 @@ def test_expected_tokens_and_the_best_cut():
     nothing_drafted = CallCost()
     for _ in range(4):
         nothing_drafted.observe(0, 0.040)                    # a draft model stopped by p_min at every call
-    assert nothing_drafted.seconds(16) == pytest.approx(16 * 0.040)   # not 0.040: no long draft is free
+    assert nothing_drafted.seconds(16) == pytest.approx(17 * 0.040)   # not 0.040: no long draft is free
+    probed = CallCost()
+    for _ in range(2):
+        probed.observe(2, 0.060)          # a model's probes: its new history evaluated, then 2 drafted tokens
+    assert probed.seconds(16) == pytest.approx(0.060 * 17 / 3)        # 0.34 s, not 16 x 30 ms
 
 
 def test_a_long_right_draft_wins_over_a_short_wrong_one_that_comes_first():
@@ -344,6 +348,34 @@ def test_a_model_is_not_probed_where_catching_up_costs_more_than_its_draft_could
     for _ in range(2):                                                # and it is probed again by every request
         replay(chain_of(slow_to_catch_up, cost=EPYC), n_tokens=50, n_max=4)
     assert slow_to_catch_up.calls.count(PROMPT) == 3
+
+
+class CatchingUp(Recorded):
+    """A draft model that evaluates the tokens it has not seen at 5 ms each, then takes 10 ms per token it drafts
+    (and one more pass)."""
+
+    seen = PROMPT
+
+    def draft(self, history, n_max):
+        draft = super().draft(history, n_max)
+        time.sleep(0.005 * (len(history) - self.seen) + 0.010 * (len(draft) + 1))
+        self.seen = len(history)
+        return draft
+
+
+def test_a_models_call_cost_leaves_out_its_catching_up():
+    """What a call spends on the tokens the model missed while held back is priced as catching up; counted in its
+    drafting cost as well, it made every later draft look dearer, so the model was held back longer still."""
+    model = CatchingUp(2, uses_model=True)
+    chain = chain_of(model, cost=XEON_AVX512)
+    entry = chain.entries[0]
+    chain.begin(REFERENCE[:PROMPT])
+    entry.record.catch_up = 0.005                          # as timed over a begin
+    chain._ask(entry, REFERENCE[:PROMPT], 2)
+    entry.record.skipped = 1                               # held back while 40 tokens were decoded
+    chain._ask(entry, REFERENCE[:PROMPT + 40], 2)
+    assert entry.stats.draft_ms > 250                      # the call did catch up on them
+    assert entry.record.cost.seconds(16) == pytest.approx(0.030 * 17 / 3, rel=0.3)   # its drafting did not
 
 
 class BegunSlowly(SlowToCatchUp):

@@ -353,6 +353,7 @@ class DrafterChain:
             if entry.disabled is not None:
                 return None
         entry.stats.calls += 1
+        catching_up = entry.record.catching_up(len(history))
         entry.record.asked(len(history))
         start = time.perf_counter()
         result = self._guard(entry, "draft", entry.drafter.draft, history, n_max)
@@ -360,7 +361,9 @@ class DrafterChain:
         entry.stats.draft_ms += seconds * 1e3
         draft = self._validated(entry, result, n_max) if entry.disabled is None else None
         n_drafted = len(draft) if draft is not None else 0
-        entry.record.cost.observe(n_drafted, seconds)
+        # What catching up on missed tokens took is priced apart (DrafterRecord.catching_up): in the call's cost
+        # it made every later draft look dearer, so the model was held back longer, and caught up on more.
+        entry.record.cost.observe(n_drafted, max(0.0, seconds - catching_up))
         entry.record.drafted(n_drafted, n_max, self.n_max)
         if draft is None or len(draft) < self.n_min:
             return None

@@ -139,10 +139,10 @@ class CallCost:
         if not w:
             return 0.0 * n_tokens
         spread = w * kk - k * k
-        if spread <= 1e-9 * max(1.0, w * kk):     # every call drafted as many tokens: charge them evenly; when
-            # none drafted any (a draft model whose top tokens were all under p_min), each token as a whole call,
-            # as each next token of a draft model is one more pass: a flat price made its longest draft look free
-            return s / w * (n_tokens / (k / w) if k else np.maximum(1, n_tokens))
+        if spread <= 1e-9 * max(1.0, w * kk):     # every call drafted as many tokens: no fit. A call costs as
+            # one more token than it drafts (a draft model evaluates the new history, then a pass per token),
+            # so a probe's 2 tokens price a longest draft neither free nor at twice the probe's cost per token
+            return s / w * (np.asarray(n_tokens) + 1) / (k / w + 1)
         per_token = max(0.0, (w * ks - k * s) / spread)
         fixed = max(0.0, (s - per_token * k) / w)
         return fixed + per_token * n_tokens
