@@ -8,8 +8,10 @@ import pytest
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
 from specframe.drafting.catch_up import CatchUpStore
 from specframe.drafting.gain import (
+    EMPTY_CALLS,
     MODEL_BURST,
     PROBE_EVERY,
+    PROBE_MAX_EVERY,
     Acceptance,
     CallCost,
     DrafterRecord,
@@ -166,6 +168,20 @@ def test_a_model_that_never_pays_is_probed_in_a_burst_then_at_growing_intervals(
     gaps = np.diff(calls[MODEL_BURST:])             # later probes that miss start no burst
     assert len(gaps) >= 3 and gaps[0] >= PROBE_EVERY and all(np.diff(gaps) > 0)   # never given up for good
     assert chain.entries[0].stats.wins <= 1
+
+
+def test_a_model_that_drafts_nothing_is_probed_only_after_the_longest_interval():
+    """A model that p_min stops at every call (open prose) is probed at most PROBE_MAX_EVERY steps apart once
+    it has drafted nothing EMPTY_CALLS times in a row: each probe catches it up on every token it missed, for a
+    draft it does not make. It is still probed then, and at the first step of the next request."""
+    silent = Recorded(16, uses_model=True, every=10**9)      # no draft at any history length but 0
+    chain = chain_of(silent, cost=XEON_AVX512)
+    replay(chain, n_tokens=400)
+    calls = np.array(silent.calls)
+    assert calls[0] == PROMPT and len(calls) <= EMPTY_CALLS + 2
+    assert np.all(np.diff(calls[EMPTY_CALLS - 1:]) >= PROBE_MAX_EVERY)
+    replay(chain, n_tokens=50)
+    assert silent.calls[len(calls)] == PROMPT
 
 
 class SlowModel(Recorded):

@@ -47,6 +47,8 @@ COST_SAMPLES = 4        # calls timed before a drafter can be found costly by it
                         # that indexed a whole prompt, or met a page fault, must not hold it back for good)
 CATCH_UP_TIMED_FROM = 16   # prompt tokens a model's begin must evaluate to time its catching up by
 REACH_SAMPLES = 8          # a model's recent calls whose draft lengths tell how long its drafts come out
+EMPTY_CALLS = 3            # a model whose calls drafted nothing this many times in a row is probed only after
+                           # PROBE_MAX_EVERY steps (p_min stops it: each probe would only catch it up)
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,7 @@ class DrafterRecord:
                                      # (0: not known yet)
     _seen: int = 0                   # the history's length at its last call (or begin)
     _deferred: bool = False          # its begin waits for its first call: it has evaluated none of the request
+    _empty: int = 0                  # its calls in a row of this request that drafted nothing
 
     @property
     def trust(self) -> float:
@@ -180,7 +183,7 @@ class DrafterRecord:
         return min(1.0, self._confirmed / self._expected)
 
     def restart(self) -> None:
-        self._rest, self._run, self._first_step, self._burst = self._rest[:0], 0, True, 0
+        self._rest, self._run, self._first_step, self._burst, self._empty = self._rest[:0], 0, True, 0, 0
 
     def began(self, n_prompt: int, seconds: float) -> bool:
         """Its begin took ``seconds`` over a prompt of ``n_prompt`` tokens; return whether that timed its catching
@@ -237,6 +240,7 @@ class DrafterRecord:
         stops where its confidence falls under p_min) shows how far its drafts go; one that filled the ask could
         have gone on, up to ``longest``."""
         self._reach.append(n_tokens if n_tokens < asked else longest)
+        self._empty = 0 if n_tokens else self._empty + 1
 
     def reach(self, n_max: int) -> int:
         """The draft length a model's next draft can be counted on for: the median of how far its recent drafts
@@ -290,7 +294,9 @@ class DrafterRecord:
         prompt. After a request's first step, a model is asked or probed at each of the next MODEL_BURST steps while
         it stays in step (a probe then costs only its two draft tokens): the first tokens of a reply are where
         drafts miss most, and one miss must not hold a model back for a whole run. After a later probe, the same
-        burst goes on while its drafts come out right."""
+        burst goes on while its drafts come out right. A model whose last EMPTY_CALLS calls of the request drafted
+        nothing (its confidence under p_min: open prose) is probed only after PROBE_MAX_EVERY steps: every probe
+        first catches it up on the tokens it missed, and on open prose those catch-ups cost 4% of a run."""
         self.skipped += 1
         first, self._first_step = self._first_step, False
         in_burst = self.skipped == 1 and self._burst > 0       # asked at the last step: still in step
@@ -299,6 +305,9 @@ class DrafterRecord:
         if expected_to_pay:
             self.skipped, self.probe_every = 0, PROBE_EVERY
             return ASK
+        if uses_model and self._empty >= EMPTY_CALLS and self.skipped < PROBE_MAX_EVERY:
+            self._burst = 0
+            return None
         if uses_model and not could_pay:
             self._burst = 0
             if not first or self._deferred:    # a deferred model's first-step probe would evaluate the prompt
