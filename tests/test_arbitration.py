@@ -170,20 +170,6 @@ def test_a_model_that_never_pays_is_probed_in_a_burst_then_at_growing_intervals(
     assert chain.entries[0].stats.wins <= 1
 
 
-def test_a_model_that_drafts_nothing_is_probed_only_after_the_longest_interval():
-    """A model that p_min stops at every call (open prose) is probed at most PROBE_MAX_EVERY steps apart once
-    it has drafted nothing EMPTY_CALLS times in a row: each probe catches it up on every token it missed, for a
-    draft it does not make. It is still probed then, and at the first step of the next request."""
-    silent = Recorded(16, uses_model=True, every=10**9)      # no draft at any history length but 0
-    chain = chain_of(silent, cost=XEON_AVX512)
-    replay(chain, n_tokens=400)
-    calls = np.array(silent.calls)
-    assert calls[0] == PROMPT and len(calls) <= EMPTY_CALLS + 2
-    assert np.all(np.diff(calls[EMPTY_CALLS - 1:]) >= PROBE_MAX_EVERY)
-    replay(chain, n_tokens=50)
-    assert silent.calls[len(calls)] == PROMPT
-
-
 class SlowModel(Recorded):
     """A draft model that takes 20 ms per drafted token: on EPYC, not even a draft that is all right pays."""
 
@@ -227,6 +213,20 @@ def test_a_model_is_priced_by_how_long_its_drafts_come_out():
     chain = chain_of(goes_on, cost=XEON_AVX512)
     replay(chain, n_tokens=200)
     assert chain.entries[0].stats.wins >= 12 and len(goes_on.calls) >= 12
+
+
+def test_a_model_that_drafts_nothing_is_probed_only_after_the_longest_interval():
+    """A model that p_min stops at every call (open prose) is probed at most PROBE_MAX_EVERY steps apart once
+    it has drafted nothing EMPTY_CALLS times in a row: each probe catches it up on every token it missed, for a
+    draft it does not make. It is still probed then, and at the first step of the next request."""
+    silent = Recorded(16, uses_model=True, every=10**9)      # no draft at any history length but 0
+    chain = chain_of(silent, cost=XEON_AVX512)
+    replay(chain, n_tokens=400)
+    calls = np.array(silent.calls)
+    assert calls[0] == PROMPT and len(calls) <= EMPTY_CALLS + 2
+    assert np.all(np.diff(calls[EMPTY_CALLS - 1:]) >= PROBE_MAX_EVERY)
+    replay(chain, n_tokens=50)
+    assert silent.calls[len(calls)] == PROMPT
 
 
 class WrongFirst(Recorded):

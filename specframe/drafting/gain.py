@@ -296,7 +296,7 @@ class DrafterRecord:
         drafts miss most, and one miss must not hold a model back for a whole run. After a later probe, the same
         burst goes on while its drafts come out right. A model whose last EMPTY_CALLS calls of the request drafted
         nothing (its confidence under p_min: open prose) is probed only after PROBE_MAX_EVERY steps: every probe
-        first catches it up on the tokens it missed, and on open prose those catch-ups cost 4% of a run."""
+        first catches it up on the tokens it missed, and on open prose those catch-ups cost 5% of a run."""
         self.skipped += 1
         first, self._first_step = self._first_step, False
         in_burst = self.skipped == 1 and self._burst > 0       # asked at the last step: still in step
