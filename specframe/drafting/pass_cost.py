@@ -156,7 +156,7 @@ class PassCost:
         if seconds * FASTER < expected and lately:
             # measured lately, yet this size runs faster in the loop (a GPU replays a captured graph): noise never
             # makes a pass faster
-            self._seconds[n_tokens], self._each = seconds, self._each[:0]
+            self._seconds[n_tokens], self._each = self._within_bounds(n_tokens, seconds), self._each[:0]
             return
         if lately:
             return
@@ -173,6 +173,18 @@ class PassCost:
                                  + (f", single-token passes {pace:.1f} times" if singles else "")
                                  + f" (the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms against "
                                  f"{expected * 1e3:.1f} ms)")
+
+    def _within_bounds(self, n_tokens: int, seconds: float) -> float:
+        """``seconds`` for the entry of ``n_tokens``, moved as little as keeps the table possible (check_table): a
+        single pass observed fast must not make the table's dearer sizes cost more than their tokens one by one."""
+        others = {n: s for n, s in self._seconds.items() if n != n_tokens}
+        if n_tokens == 1:
+            low = max((s / (CEILING_SLACK * n) for n, s in others.items()), default=0.0)
+            high = min((s / FLOOR_SLACK for s in others.values()), default=seconds)
+        else:
+            single = self._seconds[1]
+            low, high = FLOOR_SLACK * single, CEILING_SLACK * n_tokens * single
+        return min(max(seconds, low), high)
 
     # --- calibration -----------------------------------------------------------------------------------------
 
