@@ -237,3 +237,9 @@ def test_long_drafts_have_their_pass_sizes_measured_sparsely_and_short_ones_ever
     assert Calibration.sizes(64, 1, 30) == [*range(1, 18), 24, 30]      # the longest pass that fits is measured
     cost = PassCost({n: 0.03 + 0.01 * n for n in Calibration.sizes(64, 1, 4096)})
     assert cost.seconds(44) == pytest.approx(0.03 + 0.01 * 44)
+
+
+def test_other_processes_load_is_unknown_over_too_short_a_time():
+    """/proc counts CPU time in ticks: over a millisecond, one tick of another process would read as ten cores."""
+    assert pass_cost.other_load((100.0, 1.0), (100.01, 1.0), 0.001) is None
+    assert pass_cost.other_load((100.0, 1.0), (100.5, 1.2), 1.0) == pytest.approx(0.3)

@@ -50,6 +50,7 @@ log = logging.getLogger("specframe.drafting")
 FORMAT_VERSION = 2
 MAX_AGE_SECONDS = 7 * 24 * 3600      # a stored table is measured again after a week
 MAX_OTHER_LOAD = 0.25                # other processes' CPU use (in cores) above which a calibration is not stored
+LOAD_MIN_WALL_SECONDS = 0.25         # the shortest time over which that use can be told
 AGREEMENT = 0.15                     # two samples of a size agree when within 15% of each other
 MAX_ROUNDS = 5
 FLOOR_SLACK = 0.85                   # t(k) >= 0.85 t(1): a bigger pass never costs less than a single token's
@@ -339,7 +340,8 @@ def cpu_times() -> tuple[float, float] | None:
 
 
 def other_load(before, after, wall: float) -> float | None:
-    """Cores other processes kept busy between two ``cpu_times`` readings."""
-    if before is None or after is None or wall <= 0:
+    """Cores other processes kept busy between two ``cpu_times`` readings; None when unknown, or when the wall time
+    is too short to tell (/proc counts in ticks of 10 ms: over a millisecond one tick reads as ten busy cores)."""
+    if before is None or after is None or wall < LOAD_MIN_WALL_SECONDS:
         return None
     return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall)
