@@ -3,17 +3,17 @@
     python benchmarks/serving.py [--config config.example.toml] [--clients 1 2 4] [--requests 8]
                                  [--max-tokens N] [--peers DIR | --no-peer] [--out benchmarks/SERVING.md]
 
-Each server runs alone on 127.0.0.1 with 4 slots, the config's target and context per slot, the same threads and
-the same draft model and n-gram types (llama-server: -md with the config's draft-model file, --spec-type with the
-n-gram drafters llama.cpp has; prompt lookup has no llama.cpp counterpart). For each number of clients, that many
-clients send --requests streamed chat requests in all, one after another each, cycling through the built-in
-workloads (greedy, each workload's token budget or --max-tokens). Reported per server and client count: aggregate
-generated tokens per second (all tokens over the wall time), and the median and 90th percentile of request latency
-and of time to the first text. Then a chat's second turn (the first turn's answer plus a question) shows how much
-of its prompt each server found in its cache (cache_n) and evaluated (prompt_n). A first row, "specframe run", is
-the same requests one after another on the engine in this process, as `specframe run` answers them (drafters
-started cold for each): the speed a single client of the server should keep; "plain" is the same without
-speculation, the speed nothing may fall below.
+Each server runs alone on 127.0.0.1 with 4 slots, the config's target and context per slot, the same threads, one KV
+buffer for all slots or one each (kv_unified: -kvu), the same draft model and n-gram types (llama-server: -md with
+the config's draft-model file, --spec-type with the n-gram drafters llama.cpp has; prompt lookup has no llama.cpp
+counterpart). For each number of clients, that many clients send --requests streamed chat requests in all, one after
+another each, cycling through the built-in workloads (greedy, each workload's token budget or --max-tokens).
+Reported per server and client count: aggregate generated tokens per second (all tokens over the wall time), and the
+median and 90th percentile of request latency and of time to the first text. Then a chat's second turn (the first
+turn's answer plus a question) shows how much of its prompt each server found in its cache (cache_n) and evaluated
+(prompt_n). A first row, "specframe run", is the same requests one after another on the engine in this process, as
+`specframe run` answers them (drafters started cold for each): the speed a single client of the server should keep;
+"plain" is the same without speculation, the speed nothing may fall below.
 
 Not a test: timings are meaningful only on an otherwise idle machine. Builds llama-server first when needed
 (benchmarks/peers/build.sh). Writes the Markdown report (--out) and the same as JSON beside it (every request);
@@ -136,12 +136,15 @@ def specframe_command(config_path: pathlib.Path, port: int) -> list[str]:
 
 
 def llama_server_command(binary: pathlib.Path, config: Config, port: int) -> list[str]:
-    """llama-server with the config's target, context per slot, threads, draft model and n-gram types."""
+    """llama-server with the config's target, context per slot, threads, KV buffer layout, draft model and n-gram
+    types."""
     t, speculative = config.target, config.speculative
     threads = t.threads or default_threads()
     command = [str(binary), "-m", str(resolve_model(t.model, config.directory)), "-c", str(t.n_ctx * SLOTS),
                "-np", str(SLOTS), "-t", str(threads), "-tb", str(threads), "-b", str(t.n_batch),
                "-ngl", str(t.n_gpu_layers), "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+    if t.kv_unified:
+        command.append("-kvu")
     types = [d.type for d in config.drafters if d.type in LLAMA_CPP_NGRAM_TYPES]
     for drafter in config.drafters:
         if drafter.type == "draft-model":

@@ -203,8 +203,9 @@ class Engine:
         for s in sequences:
             if s.stop_reason is None and not s.generating and s.prompt_pending == 0:
                 self._begin(s)
-        # In sequence order: llama.cpp evaluates a batch over several sequences in parts, each over consecutive
-        # sequence ids with as many tokens each, so an unordered batch would cost passes it need not.
+        # In sequence order: llama.cpp evaluates a batch over several sequences in parts (unless the KV buffer is
+        # shared), each over consecutive sequence ids with as many tokens each, so an unordered batch would cost
+        # passes it need not.
         ordered = sorted(sequences, key=lambda s: s.seq)
         generating = [s for s in ordered if s.generating]
         reading = [s for s in ordered if s.stop_reason is None and not s.generating]
@@ -231,7 +232,7 @@ class Engine:
         for mine, s in enumerate(generating):
             draft = NO_DRAFT
             if s.chain is not None:
-                share = PassShare(tuple(planned), mine, expected - 1.0)
+                share = PassShare(tuple(planned), mine, expected - 1.0, ctx.one_batch)
                 draft = s.chain.draft(s.history, min(s.n_max(n_max, n_ctx), draft_room), share)
                 draft_room -= len(draft)
                 planned[mine] = (s.seq, 1 + len(draft))

@@ -47,6 +47,10 @@ class ModelSettings:
     flash_attn: str = param("auto", choices=FLASH_ATTN, help="Flash Attention (auto: where the device has it)")
     n_ubatch: int = param(0, min=0, max=INT32_MAX, help="physical batch: most tokens computed at once "
                                                          "(0: the batch size)")
+    kv_unified: bool = param(False, help="one KV buffer for every slot (llama.cpp's --kv-unified): a pass over "
+                                         "several sequences runs as one batch instead of in parts of equal "
+                                         "lengths, faster beside other slots, but a sequence's logits then "
+                                         "round as the others' cells fall")
     use_mmap: bool = param(True, help="map the model file into memory instead of reading it")
     use_mlock: bool = param(False, help="lock the model's weights in RAM (never swapped out)")
     use_extra_bufts: bool = param(True, help="repack CPU weights into the layouts of the fastest kernels")

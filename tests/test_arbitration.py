@@ -322,6 +322,17 @@ def test_a_shared_pass_is_priced_as_llama_cpp_splits_it():
     assert PassShare().seconds(XEON, 5) == XEON.seconds(5)
 
 
+def test_a_pass_over_one_shared_kv_buffer_is_priced_as_one_batch():
+    """kv_unified: llama.cpp evaluates the whole pass at once, so a long draft beside single tokens costs only its
+    tokens, and may pay where parts would not."""
+    four = PassShare(((0, 1), (1, 1), (2, 1), (3, 1)), mine=3, expected=3.0, one_batch=True)
+    assert four.seconds(XEON, 13) == pytest.approx(XEON.seconds(16))
+    parts = PassShare(four.segments, mine=3, expected=3.0)
+    p = np.full(16, 0.9)
+    assert best_cut(p, XEON, share=four)[1] > 1.1 * plain_rate(XEON, four)
+    assert best_cut(p, XEON, share=parts)[1] < plain_rate(XEON, parts)
+
+
 class Overconfident(DrafterRecord):
     """Estimates every token of every draft as all but certain, whatever the drafts got right."""
 

@@ -27,13 +27,14 @@ type = "last-match"
 def engines(write_config, target_path, draft_path):
     made = []
 
-    def make(slots: int, speculative: str = "adaptive = false", n_batch: int = 512) -> Engine:
+    def make(slots: int, speculative: str = "adaptive = false", n_batch: int = 512, kv_unified: bool = False) -> Engine:
         config = write_config(f"""
             [target]
             model = "{target_path}"
             n_ctx = 512
             n_batch = {n_batch}
             threads = 1
+            kv_unified = {str(kv_unified).lower()}
             [generation]
             max_tokens = 120
             [speculative]
@@ -59,6 +60,21 @@ def test_greedy_output_is_the_same_alone_or_beside_three_others(engines, togethe
         assert b.text == p.text and len(b.tokens) == 120
     if speculative == "adaptive = false":   # cost-aware lengths draft little on a model whose passes cost per token
         assert all(r.stats.n_accepted > 0 and r.stats.n_target_passes < 120 for r in batched)
+
+
+def test_with_one_kv_buffer_for_every_slot_a_pass_is_one_batch_and_output_differs_only_at_near_ties(engines,
+                                                                                                    together):
+    """kv_unified: attention sums over every slot's cells, masked, so rounding may differ from alone; drafts are
+    still verified and rolled back per sequence."""
+    engine = engines(4, kv_unified=True)
+    assert engine.context.one_batch
+    plain = [engine.generate(p, raw=True, speculative=False, track_margins=True) for p in PROMPTS]
+    batched = together(engine, PROMPTS, stagger=1)
+    for p, b in zip(plain, batched):
+        verdict = compare(p, b)
+        assert verdict.ok, verdict
+        assert len(b.tokens) == 120
+    assert sum(r.stats.n_accepted for r in batched) > 0
 
 
 def test_every_sequence_is_rolled_back_on_its_own(engines, together):

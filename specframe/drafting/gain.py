@@ -58,11 +58,13 @@ class PassShare:
 
     With a KV buffer per sequence, llama.cpp evaluates such a pass in parts: each takes, from a run of consecutive
     sequence ids, as many tokens from every one of them as the shortest still has. A pass is priced as the sum of
-    its parts: a long draft beside single tokens costs a part of its own, not just its extra tokens."""
+    its parts: a long draft beside single tokens costs a part of its own, not just its extra tokens. With one
+    buffer for all (``one_batch``: kv_unified) the pass is one batch, priced by all its tokens."""
 
     segments: tuple[tuple[int, int], ...] = ()
     mine: int = 0
     expected: float = 0.0
+    one_batch: bool = False
 
     def seconds(self, cost: PassCost, n_tokens: int) -> float:
         """The pass's seconds when this sequence puts ``n_tokens`` in it."""
@@ -71,6 +73,8 @@ class PassShare:
         seqs = [seq for seq, _ in self.segments]
         left = [tokens for _, tokens in self.segments]
         left[self.mine] = n_tokens
+        if self.one_batch:
+            return cost.seconds(sum(left))
         total = 0.0
         while any(left):
             first = next(i for i, n in enumerate(left) if n)

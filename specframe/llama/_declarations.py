@@ -85,6 +85,7 @@ struct llama_context_params {
     enum ggml_type type_k;
     enum ggml_type type_v;
     bool no_perf;
+    bool kv_unified;
     ...;
 };
 

@@ -47,6 +47,7 @@ def context_params(settings: ModelSettings, *, n_ctx: int, n_batch: int, n_seq_m
     params.type_k = getattr(lib, f"GGML_TYPE_{settings.type_k.upper()}")
     params.type_v = getattr(lib, f"GGML_TYPE_{settings.type_v.upper()}")
     params.flash_attn_type = getattr(lib, _FLASH_ATTN[settings.flash_attn])
+    params.kv_unified = settings.kv_unified
     params.no_perf = True
     return params
 
@@ -128,7 +129,8 @@ class Context(Handle):
         Each sequence has a KV buffer of its own, so a sequence's logits do not depend on what the others hold
         (a shared buffer makes attention sum over every sequence's cells, masked, and changes its rounding).
         llama.cpp evaluates a batch over several sequences in parts in which each has as many tokens, e.g. a
-        sequence verifying 16 drafted tokens beside three verifying one in two: 4 x 1 tokens, then 15."""
+        sequence verifying 16 drafted tokens beside three verifying one in two: 4 x 1 tokens, then 15. With
+        ``settings.kv_unified`` the sequences share one buffer and a batch is evaluated whole (``one_batch``)."""
         self._ffi, self._lib = model._ffi, model._lib
         self.model = model
         params = context_params(settings or model.settings, n_ctx=n_ctx, n_batch=n_batch, n_seq_max=n_seq_max)
@@ -141,6 +143,7 @@ class Context(Handle):
         self._handle = handle
         self._memory = self._lib.llama_get_memory(handle)
         self.n_seq_max = n_seq_max
+        self.one_batch: bool = n_seq_max == 1 or (settings or model.settings).kv_unified   # not in parts
         self.n_ctx: int = self._lib.llama_n_ctx(handle) // n_seq_max   # llama.cpp rounds it up (to 256)
         self.n_batch: int = self._lib.llama_n_batch(handle)
         self.n_ubatch: int = self._lib.llama_n_ubatch(handle)
