@@ -18,9 +18,10 @@ off. Hence:
   drifts: a busy neighbour, another power state) changes none of them, and measuring again would stall every
   request for seconds to find the same shape. The pace is what recent single-token passes take against the
   table. When the recent passes, whatever their sizes, take more than half again that pace (the median of their
-  ratios to the table over the last few), or one pass takes less than four fifths of the fastest recent single's
-  ratio, the shape is wrong (a poisoned file, a table taken under another load) and the engine measures it
-  again; so it does when the pace itself is off by more than ``GROSS``, which no drift of an idle machine
+  ratios to the table over the last few), or the last three passes over several tokens all do (single ones between
+  them must not hide a table too cheap for every draft), or one pass takes less than four fifths of the fastest
+  recent single's ratio, the shape is wrong (a poisoned file, a table taken under another load) and the engine
+  measures it again; so it does when the pace itself is off by more than ``GROSS``, which no drift of an idle machine
   explains. Until a single-token pass is timed against the table, its own level stands for the pace. Ratios pooled
   over sizes find a table that is too cheap within a few drafts even when every draft has another length. A table
   this process measured is not measured again for ``REMEASURE_AFTER_SECONDS`` (a size found faster in the loop
@@ -60,6 +61,7 @@ FASTER = 1.25                        # one pass faster than the pace by this fac
                                      # and loop passes run ~10% slower than measured ones, so it is never noise)
 GROSS = 2.0                          # a pace this far off the table's level, either way: stale (a busy CPU)
 DRIFT_WINDOW = 5                     # the last passes (any sizes, and single-token ones) whose ratios are compared
+BATCH_WINDOW = 3                     # passes over several tokens in a row all this much slower than the pace: stale
 REMEASURE_AFTER_SECONDS = 300.0      # after a measurement here, no other for this long: one costs ~20 s of
                                      # every request's time, and a slowdown of every size alike changes no choice
 
@@ -96,6 +98,7 @@ class PassCost:
         self.other_load = other_load
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
         self._recent_single_ratios: deque = deque(maxlen=DRIFT_WINDOW)     # the pace
+        self._recent_batch_ratios: deque = deque(maxlen=BATCH_WINDOW)
         self._measured_here: float | None = None        # monotonic time of this process's last measurement
         self.stale_reason: str | None = None
 
@@ -150,8 +153,7 @@ class PassCost:
         expected = self._seconds[n_tokens]
         ratio = seconds / expected
         self._recent_ratios.append(ratio)
-        if n_tokens == 1:
-            self._recent_single_ratios.append(ratio)
+        (self._recent_single_ratios if n_tokens == 1 else self._recent_batch_ratios).append(ratio)
         lately = (self._measured_here is not None
                   and time.monotonic() - self._measured_here < REMEASURE_AFTER_SECONDS)
         if seconds * FASTER < expected and lately:
@@ -165,6 +167,7 @@ class PassCost:
         fastest_single, pace = (min(singles), statistics.median(singles)) if singles else (1.0, 1.0)
         level = statistics.median(self._recent_ratios)
         full = len(self._recent_ratios) == DRIFT_WINDOW
+        batches = self._recent_batch_ratios
         if ratio * FASTER < fastest_single:
             self.stale_reason = (f"a pass of {n_tokens} token(s) took {seconds * 1e3:.1f} ms, the table says "
                                  f"{expected * 1e3:.1f} ms" + (f" and single-token passes take {pace:.2f} times "
@@ -173,6 +176,11 @@ class PassCost:
             self.stale_reason = (f"the last {DRIFT_WINDOW} passes took {level:.1f} times what the table says"
                                  + (f", single-token passes {pace:.1f} times" if singles else "")
                                  + f" (the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms against "
+                                 f"{expected * 1e3:.1f} ms)")
+        elif singles and len(batches) == BATCH_WINDOW and min(batches) > DRIFT * pace:
+            self.stale_reason = (f"the last {BATCH_WINDOW} passes over several tokens took at least "
+                                 f"{min(batches):.1f} times what the table says, single-token passes {pace:.1f} "
+                                 f"times (the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms against "
                                  f"{expected * 1e3:.1f} ms)")
 
     def _within_bounds(self, n_tokens: int, seconds: float) -> float:
@@ -213,6 +221,7 @@ class PassCost:
         self._seconds, self._each = table, self._each[:0]
         self._recent_ratios.clear()
         self._recent_single_ratios.clear()
+        self._recent_batch_ratios.clear()
         self._measured_here = time.monotonic()
         self.stale_reason = None
 
