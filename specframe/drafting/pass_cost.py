@@ -87,6 +87,12 @@ def check_table(seconds: dict[int, float]) -> None:
                                 f"passes ({single * 1e3:.1f} ms each)")
 
 
+def within_bounds(n_tokens: int, seconds: float, single: float) -> float:
+    """``seconds`` for a pass of ``n_tokens``, moved as little as check_table's bounds require beside a single-token
+    pass of ``single`` seconds."""
+    return min(max(seconds, FLOOR_SLACK * single), CEILING_SLACK * n_tokens * single)
+
+
 class PassCost:
     """Seconds of one target pass by the number of tokens in it (sizes not measured are interpolated)."""
 
@@ -159,7 +165,7 @@ class PassCost:
         if seconds * FASTER < expected and lately:
             # measured lately, yet this size runs faster in the loop (a GPU replays a captured graph): noise never
             # makes a pass faster
-            self._seconds[n_tokens], self._each = self._within_bounds(n_tokens, seconds), self._each[:0]
+            self._seconds[n_tokens], self._each = self._possible_entry(n_tokens, seconds), self._each[:0]
             return
         if lately:
             return
@@ -183,16 +189,14 @@ class PassCost:
                                  f"times (the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms against "
                                  f"{expected * 1e3:.1f} ms)")
 
-    def _within_bounds(self, n_tokens: int, seconds: float) -> float:
+    def _possible_entry(self, n_tokens: int, seconds: float) -> float:
         """``seconds`` for the entry of ``n_tokens``, moved as little as keeps the table possible (check_table): a
         single pass observed fast must not make the table's dearer sizes cost more than their tokens one by one."""
-        others = {n: s for n, s in self._seconds.items() if n != n_tokens}
-        if n_tokens == 1:
-            low = max((s / (CEILING_SLACK * n) for n, s in others.items()), default=0.0)
-            high = min((s / FLOOR_SLACK for s in others.values()), default=seconds)
-        else:
-            single = self._seconds[1]
-            low, high = FLOOR_SLACK * single, CEILING_SLACK * n_tokens * single
+        if n_tokens != 1:
+            return within_bounds(n_tokens, seconds, self._seconds[1])
+        others = {n: s for n, s in self._seconds.items() if n != 1}
+        low = max((s / (CEILING_SLACK * n) for n, s in others.items()), default=0.0)
+        high = min((s / FLOOR_SLACK for s in others.values()), default=seconds)
         return min(max(seconds, low), high)
 
     # --- calibration -----------------------------------------------------------------------------------------
@@ -214,8 +218,7 @@ class PassCost:
                 log.warning("the measured pass costs are impossible (%s)%s", exc,
                             ": measuring again" if attempt == 0 else ": bounded, used for this run, not stored")
         else:
-            single = table[1]
-            table = {n: min(max(s, FLOOR_SLACK * single), CEILING_SLACK * n * single) for n, s in table.items()}
+            table = {n: within_bounds(n, s, table[1]) for n, s in table.items()}
             self.other_load = float("inf")
         self.measured_at = time.time()
         self._seconds, self._each = table, self._each[:0]

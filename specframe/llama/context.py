@@ -133,7 +133,8 @@ class Context(Handle):
         ``settings.kv_unified`` the sequences share one buffer and a batch is evaluated whole (``one_batch``)."""
         self._ffi, self._lib = model._ffi, model._lib
         self.model = model
-        params = context_params(settings or model.settings, n_ctx=n_ctx, n_batch=n_batch, n_seq_max=n_seq_max)
+        settings = settings or model.settings
+        params = context_params(settings, n_ctx=n_ctx, n_batch=n_batch, n_seq_max=n_seq_max)
         handle = self._lib.llama_init_from_model(model.handle, params)
         if handle == self._ffi.NULL:
             raise_pending_interrupt()
@@ -143,7 +144,7 @@ class Context(Handle):
         self._handle = handle
         self._memory = self._lib.llama_get_memory(handle)
         self.n_seq_max = n_seq_max
-        self.one_batch: bool = n_seq_max == 1 or (settings or model.settings).kv_unified   # not in parts
+        self.one_batch: bool = n_seq_max == 1 or settings.kv_unified   # not in parts
         self.n_ctx: int = self._lib.llama_n_ctx(handle) // n_seq_max   # llama.cpp rounds it up (to 256)
         self.n_batch: int = self._lib.llama_n_batch(handle)
         self.n_ubatch: int = self._lib.llama_n_ubatch(handle)
