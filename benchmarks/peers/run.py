@@ -239,24 +239,28 @@ class LlamaCpp:
         return json.loads(self._run("llama-bench", args).stdout)[0]
 
     # llama-speculative-simple and llama-lookup stop once they have made more than -n tokens: they get one fewer
-    # than the budget, so that they make at least (usually exactly) as many as ours
+    # than the budget, so that they make at least (usually exactly) as many as ours. A last draft may still run past
+    # the budget; their rate counts the budget's tokens only (the time is what making the budget took)
 
     def speculative_simple(self, prompt: Prompt, spec_args: list[str]) -> dict[str, Measurement]:
         out = self._log("llama-speculative-simple", self._generation_args(prompt) + [
             "-n", str(prompt.max_tokens - 1), *spec_args])
-        return {"llama-speculative-simple": self._speculative_measurement(out, "llama-speculative-simple")}
+        return {"llama-speculative-simple": self._speculative_measurement(out, "llama-speculative-simple",
+                                                                          prompt.max_tokens)}
 
     def lookup(self, prompt: Prompt, n_draft: int) -> dict[str, Measurement]:
         out = self._log("llama-lookup", self._generation_args(prompt) + [
             "-n", str(prompt.max_tokens - 1), "--spec-draft-n-max", str(n_draft)])
-        return {"llama-lookup": self._speculative_measurement(out, "llama-lookup")}
+        return {"llama-lookup": self._speculative_measurement(out, "llama-lookup", prompt.max_tokens)}
 
     @staticmethod
-    def _speculative_measurement(out: str, tool: str) -> Measurement:
-        """From `decoded N tokens in S seconds`, `n_drafted = D`, `n_accept = A` (speculative-simple, lookup)."""
+    def _speculative_measurement(out: str, tool: str, budget: int) -> Measurement:
+        """From `decoded N tokens in S seconds`, `n_drafted = D`, `n_accept = A` (speculative-simple, lookup); the
+        rate counts at most ``budget`` tokens."""
         n_generated = _number(r"decoded\s+(\d+) tokens in", out, tool, int)
         seconds = _number(r"decoded\s+\d+ tokens in\s+([\d.]+) seconds", out, tool)
-        return Measurement(n_generated / seconds, n_generated, _number(r"encoded\s+(\d+) tokens", out, tool, int),
+        return Measurement(min(n_generated, budget) / seconds, n_generated,
+                           _number(r"encoded\s+(\d+) tokens", out, tool, int),
                            _number(r"n_drafted\s*=\s*(\d+)", out, tool, int),
                            _number(r"n_accept\s*=\s*(\d+)", out, tool, int))
 
@@ -551,7 +555,9 @@ def report(meta: dict, plan: list[Comparison], prompts: list[Prompt], rows: list
         "- Tokens/s is each tool's own measure of generation: generated tokens over the time from the pass over the "
         "last prompt token to the last token (specframe's engine, llama-speculative-simple, llama-lookup, "
         "llama-cpp-python as run by `lcp_runner.py`); llama-completion: its perf counters' time after the prompt; "
-        "llama-bench: `tg` at the prompt's depth. Acceptance is accepted / drafted tokens.",
+        "llama-bench: `tg` at the prompt's depth. A tool that ran past the budget (a last draft accepted beyond "
+        "it) is counted for the budget's tokens over the time it took: the table's token counts show where. "
+        "Acceptance is accepted / drafted tokens.",
         "- Each run is a fresh process (peers) or a fresh `Engine` (ours) with one warm-up, in the order ours, "
         "peer, ours, peer, per workload and repeat.",
         "",
