@@ -1,0 +1,72 @@
+"""Benchmark scripts' own logic: the peers benchmark's reading of llama.cpp's logs, the copy ceiling's pricing."""
+
+import importlib.util
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+from specframe.drafting.pass_cost import PassCost
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load(name: str, path: pathlib.Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module      # its dataclasses look their module up while it loads
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+@pytest.fixture(scope="module")
+def peers():
+    yield from load("peers_run", BENCHMARKS / "peers" / "run.py")
+
+
+@pytest.fixture(scope="module")
+def copy_ceiling():
+    yield from load("copy_ceiling", BENCHMARKS / "copy_ceiling.py")
+
+
+LOG = """
+encoded   40 tokens in    0.400 seconds, speed:  100.000 t/s
+decoded  {n} tokens in   12.800 seconds, speed:   {speed:.3f} t/s
+
+n_draft   = 48
+n_predict = {n}
+n_drafted = 96
+n_accept  = 96
+accept    = 100.000%
+"""
+
+
+def test_a_speculative_run_past_the_budget_counts_the_budgets_tokens(peers):
+    """llama-speculative-simple stops only after verifying a draft: a last draft accepted whole may run 48 tokens
+    past a budget of 192. The time is what making the budget took, so the rate counts 192 tokens, not 240."""
+    over = peers.LlamaCpp._speculative_measurement(LOG.format(n=240, speed=240 / 12.8), "tool", 192)
+    assert over.tokens_per_second == pytest.approx(192 / 12.8) and over.n_generated == 240
+    assert over.n_prompt == 40 and over.acceptance == 1.0
+    within = peers.LlamaCpp._speculative_measurement(LOG.format(n=150, speed=150 / 12.8), "tool", 192)
+    assert within.tokens_per_second == pytest.approx(150 / 12.8)
+
+
+def test_the_copy_ceiling_copies_only_what_the_history_holds(copy_ceiling):
+    prompt = [5, 6, 7, 8, 9, 1, 2]
+    tokens = np.array(prompt + [6, 7, 8, 3, 1, 2, 1, 2, 1, 2], dtype=np.int32)
+    assert copy_ceiling.longest_copy(tokens, 7, 16) == 3          # 6 7 8 from the prompt, then 3 is new
+    assert copy_ceiling.longest_copy(tokens, 10, 16) == 0         # 3 never occurred before
+    assert copy_ceiling.longest_copy(tokens, 11, 16) == 2         # 1 2, and what follows isn't in the history yet
+    assert copy_ceiling.longest_copy(tokens, 11, 1) == 1
+
+
+def test_the_ceilings_price_the_passes_a_knowing_drafter_needs(copy_ceiling):
+    cost = PassCost({1: 0.1, 2: 0.12, 4: 0.15, 8: 0.2, 16: 0.3, 17: 0.32})
+    tokens = np.arange(40, dtype=np.int32)                      # nothing repeats: nothing to copy
+    assert copy_ceiling.modeled_speedup(8, tokens, cost, 16, copy_only=True) == pytest.approx(1.0)
+    # the oracle: 32 tokens in two 16-token passes (15 drafted, 0.3 s each), against 32 single passes
+    assert copy_ceiling.modeled_speedup(8, tokens, cost, 16, copy_only=False) == pytest.approx(3.2 / 0.6)
