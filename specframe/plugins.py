@@ -35,6 +35,7 @@ log = logging.getLogger("specframe.plugins")
 ENTRY_POINT_GROUP = "specframe"
 BUILTIN_PLUGINS = (
     "specframe.drafters.prompt_lookup",
+    "specframe.drafters.copy_cursor",
     "specframe.drafters.ngram_simple",
     "specframe.drafters.ngram_map",
     "specframe.drafters.ngram_mod",

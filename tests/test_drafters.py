@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from specframe.drafters.copy_cursor import CopyCursorDrafter, CopyCursorParams
 from specframe.drafters.draft_model import DraftModelDrafter, DraftModelParams
 from specframe.drafters.ngram_simple import NgramSimpleDrafter, NgramSimpleParams
 from specframe.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupParams
@@ -33,6 +34,86 @@ def test_prompt_lookup_matches_the_longest_suffix_at_its_earliest_occurrence():
     assert drafted(d, h(4, 5, 6, 4, 5), n_max=1) == [6]      # n_max caps the draft
     d.begin(h())
     assert drafted(d, h(4, 5, 4, 5)) == [4, 5]               # a short continuation is drafted as far as it goes
+
+
+# --- copy-cursor -------------------------------------------------------------------------------------------------
+
+def test_copy_cursor_drafts_on_from_where_its_copy_stands():
+    """(2, 9) occurs at 0 and at 6: prompt lookup re-matches it at the earliest, while the copy under way is at 6."""
+    prompt = [2, 9, 7, 0, 0, 5, 2, 9, 6, 3]
+    d = CopyCursorDrafter(CopyCursorParams(num_pred=4), env=None)
+    assert drafted(d, h(*prompt, 5)) == [2, 9, 6, 3]           # (5) follows only position 5
+    assert drafted(d, h(*prompt, 5, 2, 9)) == [6, 3, 5, 2]     # the target took 2 9: on from there
+    lookup = PromptLookupDrafter(PromptLookupParams(max_ngram=2, num_pred=4), env=None)
+    assert drafted(lookup, h(*prompt, 5, 2, 9)) == [7, 0, 0, 5]
+
+
+def test_copy_cursor_resumes_an_edited_copy_where_it_broke_off():
+    """The reply copies 1 2 3 from the source 1..7, inserts 9, then writes 4: of the three 4s in the prompt, the one
+    where the copy broke off resumes it, not the earliest (prompt lookup's) nor the most recent."""
+    prompt = [4, 8, 1, 2, 3, 4, 5, 6, 7, 0, 4, 0]
+    d = CopyCursorDrafter(CopyCursorParams(), env=None)
+    assert drafted(d, h(*prompt, 1))[:3] == [2, 3, 4]
+    assert drafted(d, h(*prompt, 1, 2, 3, 9)) == []            # 9 was never seen: nothing to copy
+    assert drafted(d, h(*prompt, 1, 2, 3, 9, 4))[:3] == [5, 6, 7]
+    lookup = PromptLookupDrafter(PromptLookupParams(max_ngram=2, num_pred=3), env=None)
+    assert drafted(lookup, h(*prompt, 1, 2, 3, 9, 4)) == [8, 1, 2]
+    far = CopyCursorDrafter(CopyCursorParams(window=0), env=None)   # resuming only exactly where it broke off
+    drafted(far, h(*prompt, 1))
+    drafted(far, h(*prompt, 1, 2, 3, 9))
+    assert drafted(far, h(*prompt, 1, 2, 3, 9, 4))[:3] == [0, 1, 2]   # position 6 is 1 past it: most recent 4
+
+
+class ReferenceCopyCursor:
+    """copy-cursor without an index: every match rescans the history."""
+
+    def __init__(self, max_ngram, num_pred, window):
+        self.max_ngram, self.num_pred, self.window = max_ngram, num_pred, window
+        self.cursor, self.cursor_from, self.resume_from, self.tracked = None, 0, 0, 0
+
+    def draft(self, tokens, n_max):
+        for i in range(max(self.tracked, 1), len(tokens)):
+            if self.cursor is None:
+                break
+            if tokens[self.cursor] == tokens[i]:
+                self.cursor += 1
+            else:
+                if self.cursor > self.cursor_from:
+                    self.resume_from = self.cursor
+                self.cursor = None
+        self.tracked = len(tokens)
+        if self.cursor is None:
+            self.cursor = self.match(tokens)
+            if self.cursor is None:
+                return []
+            self.cursor_from = self.cursor
+        return tokens[self.cursor:min(self.cursor + self.num_pred, self.cursor + n_max, len(tokens))]
+
+    def match(self, tokens):
+        """The nearest resuming occurrence of the longest suffix n-gram that has one, else the most recent
+        occurrence of the longest suffix n-gram that occurs at all."""
+        length, most_recent = len(tokens), None
+        for n in range(min(self.max_ngram, length - 1), 0, -1):
+            follows = [s + n for s in range(length - n) if tokens[s:s + n] == tokens[length - n:]]
+            near = [f for f in follows if 0 <= f - self.resume_from <= self.window]
+            if near:
+                return min(near)
+            if follows and most_recent is None:
+                most_recent = max(follows)
+        return most_recent
+
+
+def test_copy_cursor_matches_a_rescanning_reference_as_the_history_grows():
+    rng = np.random.default_rng(7)
+    for tokens in repetitive_sequences(seed=3, count=12, length=240):
+        max_ngram, window = int(rng.integers(1, 5)), int(rng.integers(0, 40))
+        d = CopyCursorDrafter(CopyCursorParams(max_ngram=max_ngram, num_pred=12, window=window), env=None)
+        reference = ReferenceCopyCursor(max_ngram, 12, window)
+        length = 20
+        while length < len(tokens):
+            n_max = int(rng.integers(1, 16))
+            assert drafted(d, h(*tokens[:length]), n_max) == reference.draft(tokens[:length], n_max)
+            length += int(rng.integers(1, 6))
 
 
 def reference_prompt_lookup(tokens, max_ngram, num_pred, n_max):

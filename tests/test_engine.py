@@ -15,6 +15,7 @@ PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 
 DRAFTERS = {
     "prompt-lookup": '[[drafter]]\ntype = "prompt-lookup"\n',
+    "copy-cursor": '[[drafter]]\ntype = "copy-cursor"\n',
     "ngram-simple": '[[drafter]]\ntype = "ngram-simple"\nn = 2\nm = 8\n',
     "draft-model": '[[drafter]]\ntype = "draft-model"\nmodel = "{draft}"\np_min = 0.2\n',
     "draft-model (token mapping)": '[[drafter]]\ntype = "draft-model"\nmodel = "{shuffled_draft}"\np_min = 0.2\n',

@@ -95,8 +95,8 @@ def numeric_fields(cls):
     return [f for f in dataclasses.fields(cls) if hints[f.name] in (int, float)]
 
 
-BUILTIN_TYPES = ["prompt-lookup", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
-                 "draft-model"]
+BUILTIN_TYPES = ["prompt-lookup", "copy-cursor", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+                 "ngram-cache", "draft-model"]
 
 
 @pytest.mark.parametrize("type_name", BUILTIN_TYPES)
