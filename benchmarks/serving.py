@@ -4,10 +4,10 @@
                                  [--max-tokens N] [--peers DIR | --no-peer] [--out benchmarks/SERVING.md]
 
 Each server runs alone on 127.0.0.1 with 4 slots, the config's target and context per slot, the same threads, one KV
-buffer for all slots or one each (kv_unified: -kvu), the same draft model and n-gram types (llama-server: -md with
-the config's draft-model file, --spec-type with the n-gram drafters llama.cpp has; prompt lookup has no llama.cpp
-counterpart). For each number of clients, that many clients send --requests streamed chat requests in all, one after
-another each, cycling through the built-in workloads (greedy, each workload's token budget or --max-tokens).
+buffer for all slots or one each (kv_unified: -kvu), the same draft model and n-gram types (llama-server: -md with the
+config's draft-model file, --spec-type with the n-gram drafters llama.cpp has; prompt lookup and copy-cursor have no
+llama.cpp counterpart). For each number of clients, that many clients send --requests streamed chat requests in all,
+one after another each, cycling through the built-in workloads (greedy, each workload's token budget or --max-tokens).
 Reported per server and client count: aggregate generated tokens per second (all tokens over the wall time), and the
 median and 90th percentile of request latency and of time to the first text. Then a chat's second turn (the first
 turn's answer plus a question) shows how much of its prompt each server found in its cache (cache_n) and evaluated
