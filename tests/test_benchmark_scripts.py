@@ -1,4 +1,4 @@
-"""Benchmark scripts' own logic: the peers benchmark's reading of llama.cpp's logs, the copy ceiling's pricing."""
+"""Benchmark scripts' own logic: the peers benchmark's reading of llama.cpp's logs, the replay's ceilings."""
 
 import importlib.util
 import pathlib
@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
 from specframe.drafting.pass_cost import PassCost
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
@@ -29,8 +30,8 @@ def peers():
 
 
 @pytest.fixture(scope="module")
-def copy_ceiling():
-    yield from load("copy_ceiling", BENCHMARKS / "copy_ceiling.py")
+def replay():
+    yield from load("replay", BENCHMARKS / "replay.py")
 
 
 LOG = """
@@ -55,18 +56,41 @@ def test_a_speculative_run_past_the_budget_counts_the_budgets_tokens(peers):
     assert within.tokens_per_second == pytest.approx(150 / 12.8)
 
 
-def test_the_copy_ceiling_copies_only_what_the_history_holds(copy_ceiling):
+def test_the_copy_ceiling_copies_only_what_the_history_holds(replay):
     prompt = [5, 6, 7, 8, 9, 1, 2]
     tokens = np.array(prompt + [6, 7, 8, 3, 1, 2, 1, 2, 1, 2], dtype=np.int32)
-    assert copy_ceiling.longest_copy(tokens, 7, 16) == 3          # 6 7 8 from the prompt, then 3 is new
-    assert copy_ceiling.longest_copy(tokens, 10, 16) == 0         # 3 never occurred before
-    assert copy_ceiling.longest_copy(tokens, 11, 16) == 2         # 1 2, and what follows isn't in the history yet
-    assert copy_ceiling.longest_copy(tokens, 11, 1) == 1
+    assert replay.longest_copy(tokens, 7, 16) == 3          # 6 7 8 from the prompt, then 3 is new
+    assert replay.longest_copy(tokens, 10, 16) == 0         # 3 never occurred before
+    assert replay.longest_copy(tokens, 11, 16) == 2         # 1 2, and what follows isn't in the history yet
+    assert replay.longest_copy(tokens, 11, 1) == 1
 
 
-def test_the_ceilings_price_the_passes_a_knowing_drafter_needs(copy_ceiling):
+def test_the_ceilings_price_the_passes_a_knowing_drafter_needs(replay):
     cost = PassCost({1: 0.1, 2: 0.12, 4: 0.15, 8: 0.2, 16: 0.3, 17: 0.32})
     tokens = np.arange(40, dtype=np.int32)                      # nothing repeats: nothing to copy
-    assert copy_ceiling.modeled_speedup(8, tokens, cost, 16, copy_only=True) == pytest.approx(1.0)
+    assert replay.ceiling(8, tokens, cost, 16, copy_only=True) == pytest.approx(1.0)
     # the oracle: 32 tokens in two 16-token passes (15 drafted, 0.3 s each), against 32 single passes
-    assert copy_ceiling.modeled_speedup(8, tokens, cost, 16, copy_only=False) == pytest.approx(3.2 / 0.6)
+    assert replay.ceiling(8, tokens, cost, 16, copy_only=False) == pytest.approx(3.2 / 0.6)
+
+
+class Reading(Drafter):
+    """Drafts what the reply holds next, or nothing."""
+
+    name = "reading"
+
+    def __init__(self, reply, knows):
+        super().__init__(None, None)
+        self.reply, self.knows = reply, knows
+
+    def draft(self, history, n_max):
+        return Draft.of(self.reply[len(history):len(history) + n_max]) if self.knows else NO_DRAFT
+
+
+def test_a_replayed_chain_is_priced_by_the_passes_its_drafts_take(replay):
+    cost = PassCost({1: 0.1, 2: 0.12, 4: 0.15, 8: 0.2, 16: 0.3, 17: 0.32})
+    tokens = np.arange(200, dtype=np.int32)
+    for knows, low, high in ((False, 1.0, 1.0), (True, 3.0, 3.2 / 0.6)):
+        chain = DrafterChain([ChainEntry("d", Reading(tokens, knows), "test", DrafterStats())], 1000, cost=cost)
+        speedup = replay.replayed(chain, 8, tokens, cost, 16)
+        assert low <= speedup <= high + 1e-9
+        assert chain.entries[0].stats.accepted_tokens == (0 if not knows else chain.entries[0].stats.drafted_tokens)

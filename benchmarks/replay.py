@@ -1,0 +1,183 @@
+"""Drafters replayed on known replies, priced by the stored pass-cost table: comparisons without the machine's noise.
+
+    python benchmarks/replay.py [--config config.example.toml] [--workload NAME ...] [--stdlib N]
+                                [--drafters TYPE[,TYPE...] ...]
+
+Each prompt's plain greedy reply is generated once with the config's target (and kept, by prompt, in the cache under
+replay/). Then, pass by pass, a drafter set drafts as if the target were decoding: each draft is checked against the
+reply and the pass is priced by the stored table (`specframe calibrate` shows it), so two sets are compared on the
+same tokens, free of timing noise and of the near-ties batched verification breaks. The prompts are the built-in
+workloads and ``--stdlib`` more made from the Python standard library: functions to refactor, module docstrings to
+quote from.
+
+Beside the sets, two ceilings: the oracle drafts the reply's next tokens; the copy ceiling drafts the longest stretch
+of them found anywhere in the prompt or the reply so far, what a drafter that always copied from the right place
+would bring. What lies between the two is tokens only a model predicts (type hints added, a name changed, new words).
+Each draft of a ceiling is cut to the length with the most tokens per second.
+
+The sets: each draftless drafter of the config alone, their chain, and each ``--drafters`` list at its defaults
+(drafters that run a model are left out: their cost is their own calls' time, not the table's).
+"""
+
+import argparse
+import ast
+import hashlib
+import importlib
+import json
+import math
+import pathlib
+import sysconfig
+
+import numpy as np
+
+from specframe.bench.workloads import BUILTIN, workloads
+from specframe.drafting import DrafterChain
+from specframe.drafting.gain import best_cut
+from specframe.drafting.pass_cost import PassCost
+from specframe.engine import Engine
+from specframe.files import atomic_write
+from specframe.paths import cache_dir
+from specframe.plugins import load_plugins
+
+STDLIB_CODE = ("textwrap", "shlex", "csv", "fractions", "statistics", "calendar", "heapq", "bisect", "colorsys",
+               "difflib", "fnmatch", "glob", "gzip", "netrc", "quopri", "sched", "string", "zipapp")
+STDLIB_PROSE = ("argparse", "logging", "subprocess", "pickle", "tarfile", "optparse", "imaplib", "doctest", "pydoc",
+                "zipfile", "smtplib", "ftplib")
+EDITS = ("add type hints to every parameter and return value",
+         "rename `{name}` to `{name}_checked` and add a docstring",
+         "replace every single-letter variable name with a descriptive one")
+
+
+def stdlib_prompts(count: int) -> dict[str, tuple[str, int]]:
+    """Up to ``count`` prompts (name -> text, token budget), two in three refactoring a function, one in three quoting
+    a module's docstring."""
+    functions = []
+    stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    for module in STDLIB_CODE:
+        source = (stdlib / f"{module}.py").read_text(encoding="utf-8")
+        for node in ast.parse(source).body:
+            segment = ast.get_source_segment(source, node) if isinstance(node, ast.FunctionDef) else None
+            if segment and 12 <= segment.count("\n") <= 30 and '"""' not in segment:
+                functions.append((f"edit {module}.{node.name}", node.name, segment))
+    passages = []
+    for module in STDLIB_PROSE:
+        paragraphs = [p for p in (importlib.import_module(module).__doc__ or "").split("\n\n") if len(p) > 300]
+        if paragraphs:
+            passages.append((f"quote {module}", " ".join(paragraphs[0].split())))
+    prompts = {}
+    for i, (label, name, code) in enumerate(functions[:count - count // 3]):
+        task = EDITS[i % len(EDITS)].format(name=name)
+        prompts[label] = (f"Refactor this code: {task}. Reply with the complete refactored code only.\n\n"
+                          f"```python\n{code}\n```", 256)
+    for label, passage in passages[:count // 3]:
+        prompts[label] = ("Read the passage, then quote, word for word, its two sentences that matter most to a new "
+                          f"user, and then explain in one sentence why.\n\nPassage:\n{passage}", 128)
+    return prompts
+
+
+def reference_reply(engine: Engine, prompt: np.ndarray, max_tokens: int) -> np.ndarray:
+    """The plain greedy reply, kept in the cache by target and prompt."""
+    key = hashlib.sha256(f"{engine.model.path}|{max_tokens}|{prompt.tolist()}".encode()).hexdigest()[:16]
+    path = cache_dir() / "replay" / f"{key}.json"
+    if path.exists():
+        return np.asarray(json.loads(path.read_text()), dtype=np.int32)
+    reply = engine.generate(prompt, speculative=False, max_tokens=max_tokens, temperature=0.0)
+    tokens = np.asarray(reply.tokens, dtype=np.int32)
+    atomic_write(path, json.dumps(tokens.tolist()).encode())
+    return tokens
+
+
+def longest_copy(tokens: np.ndarray, start: int, n_max: int) -> int:
+    """The longest prefix (at most ``n_max``) of ``tokens[start:]`` that occurs in ``tokens[:start]``: a drafter
+    can copy only what the history holds."""
+    best = 0
+    for source in np.flatnonzero(tokens[:start] == tokens[start]):
+        n = 1
+        while n < n_max and source + n < start and tokens[source + n] == tokens[start + n]:
+            n += 1
+        best = max(best, n)
+    return best
+
+
+def ceiling(n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int, copy_only: bool) -> float:
+    """Plain decoding's seconds for the reply over those of the passes a knowing drafter needs."""
+    seconds, at, end = 0.0, n_prompt, len(tokens)
+    while at < end:
+        room = min(n_max, end - at - 1)
+        known = longest_copy(tokens, at, room) if copy_only else room
+        k = best_cut(np.ones(known), cost)[0] if known else 0
+        seconds += cost.seconds(1 + k)
+        at += k + 1
+    return (end - n_prompt) * cost.seconds(1) / seconds
+
+
+def replayed(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int) -> float:
+    """Plain decoding's seconds for the reply over those of the passes the chain's drafts take."""
+    chain.cost = cost
+    chain.begin(tokens[:n_prompt])
+    seconds, at, end = 0.0, n_prompt, len(tokens)
+    while at < end:
+        draft = chain.draft(tokens[:at], min(n_max, end - at - 1)).tokens
+        wrong = np.flatnonzero(draft != tokens[at:at + len(draft)])
+        accepted = int(wrong[0]) if wrong.size else len(draft)
+        seconds += cost.seconds(1 + len(draft))
+        chain.accept(accepted, tokens[at:at + accepted + 1])
+        at += accepted + 1
+    return (end - n_prompt) * cost.seconds(1) / seconds
+
+
+def drafter_sets(engine: Engine, extra: list[str]) -> dict[str, object]:
+    """Set label -> a function making a fresh chain of it."""
+    types = load_plugins().drafter_types()
+    draftless = [d.name for d in engine.config.drafters if not types[d.type].cls.uses_model]
+    sets: dict[str, object] = {name: (lambda names=[name]: engine.chain(names)) for name in draftless}
+    if len(draftless) > 1:
+        sets["chain of " + ", ".join(draftless)] = lambda: engine.chain(draftless)
+    for spec in extra:
+        chosen = [t.strip() for t in spec.split(",") if t.strip()]
+        unknown = [t for t in chosen if t not in types or types[t].cls.uses_model]
+        if unknown:
+            raise SystemExit(f"--drafters {spec}: {', '.join(unknown)} is not a draftless drafter type; expected "
+                             + ", ".join(t for t in types if not types[t].cls.uses_model))
+        sets[spec] = lambda chosen=chosen: engine.chain_of(
+            {t: types[t].cls(types[t].cls.Params(), engine.drafters.env) for t in chosen})
+    return sets
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="config.example.toml")
+    parser.add_argument("--workload", action="append", default=[], help=f"built-in ({', '.join(BUILTIN)}) or file")
+    parser.add_argument("--stdlib", type=int, default=16, help="prompts made from the standard library (default 16)")
+    parser.add_argument("--drafters", action="append", default=[], metavar="TYPE[,TYPE...]",
+                        help="a drafter set to replay too, its types at their defaults (repeatable)")
+    args = parser.parse_args()
+    with Engine.from_config(args.config) as engine:
+        cost = engine.pass_cost_store.load()
+        if cost is None:
+            raise SystemExit(f"no stored pass-cost table for {args.config}'s target: run `specframe calibrate` first")
+        n_max = engine.config.speculative.n_max
+        prompts = {w.name: (w.prompt, w.max_tokens) for w in workloads(args.workload)} | stdlib_prompts(args.stdlib)
+        sets = drafter_sets(engine, args.drafters)
+        print(f"pass-cost table: single pass {1e3 * cost.seconds(1):.1f} ms; n_max {n_max}; modeled speedup over "
+              "plain decoding")
+        columns = ["oracle", "copy ceiling", *sets]
+        print(" | ".join(["prompt", "tokens", *columns]))
+        speedups: dict[str, list[float]] = {c: [] for c in columns}
+        for label, (text, budget) in prompts.items():
+            prompt = engine.prompt_tokens(text)
+            tokens = np.concatenate([prompt, reference_reply(engine, prompt, budget)])
+            row = [ceiling(len(prompt), tokens, cost, n_max, copy_only=False),
+                   ceiling(len(prompt), tokens, cost, n_max, copy_only=True)]
+            for make in sets.values():
+                engine.forget_drafters()
+                row.append(replayed(make(), len(prompt), tokens, cost, n_max))
+            for column, value in zip(columns, row):
+                speedups[column].append(value)
+            print(" | ".join([label, str(len(tokens) - len(prompt)), *(f"{v:.2f}x" for v in row)]))
+        print(" | ".join(["geometric mean", "", *(f"{math.exp(np.mean(np.log(speedups[c]))):.2f}x"
+                                                   for c in columns)]))
+
+
+if __name__ == "__main__":
+    main()
