@@ -60,7 +60,7 @@ def test_qwen_pair_speculative_greedy_matches_plain_up_to_near_ties(qwen, prompt
     verdict = compare(plain, spec, qwen)
     assert verdict.ok, str(verdict)
     assert spec.stats.n_accepted > 0 and spec.stats.tokens_per_pass > 1.5
-    assert set(spec.stats.drafters) == {"prompt-lookup", "ngram-simple", "ngram-mod", "draft-model"}
+    assert set(spec.stats.drafters) == {"copy-cursor", "ngram-simple", "ngram-mod", "draft-model"}
     if prompt is CODE_EDIT:
         assert "def rectangle_area(" in (spec.text if verdict.identical else plain.text)
 
@@ -72,7 +72,7 @@ def test_qwen_answers_the_example_prompt_from_the_cli():
     data = json.loads(result.stdout)
     assert "def " in data["text"] and "prime" in data["text"].lower()
     drafters = data["stats"]["drafters"]
-    assert set(drafters) == {"prompt-lookup", "ngram-simple", "ngram-mod", "draft-model"}
+    assert set(drafters) == {"copy-cursor", "ngram-simple", "ngram-mod", "draft-model"}
     assert drafters["draft-model"]["note"] == "re-quantized to q4_0" and drafters["draft-model"]["calls"] >= 1
     assert all(d["calls"] > 10 for name, d in drafters.items() if name != "draft-model")   # asked every step
 
@@ -178,7 +178,7 @@ NGRAM_FAMILY = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ng
 
 
 def test_every_ngram_drafter_is_accepted_on_a_code_editing_prompt(tmp_path):
-    """The draftless drafters at llama.cpp's defaults, from a config, on the real Qwen 1.5B target."""
+    """The draftless drafters at their defaults, from a config, on the real Qwen 1.5B target."""
     prompt = workload("code-editing").prompt
     with Engine.from_config(with_fixed_lengths(REPO / "examples/all-draftless.toml", tmp_path)) as engine:
         plain = engine.generate(prompt, speculative=False, max_tokens=160, track_margins=True)
@@ -189,8 +189,14 @@ def test_every_ngram_drafter_is_accepted_on_a_code_editing_prompt(tmp_path):
             assert stats.drafters[name]["accepted_tokens"] == stats.n_accepted
             verdict = compare(plain, result, engine)
             assert verdict.ok, f"{name}: {verdict}"
+        copying = {name: engine.generate(prompt, max_tokens=160, drafters=[name], track_margins=True)
+                   for name in ("copy-cursor", "prompt-lookup")}
+        for name, result in copying.items():
+            assert result.stats.n_accepted > 0 and compare(plain, result, engine).ok, name
+        # following its copy, copy-cursor resumes it after an edit where prompt lookup re-matches elsewhere
+        assert copying["copy-cursor"].stats.tokens_per_pass >= copying["prompt-lookup"].stats.tokens_per_pass
         chain = engine.generate(prompt, max_tokens=160, track_margins=True)
-        assert set(chain.stats.drafters) == set(NGRAM_FAMILY) | {"prompt-lookup"}
+        assert set(chain.stats.drafters) == set(NGRAM_FAMILY) | {"prompt-lookup", "copy-cursor"}
         assert compare(plain, chain, engine).ok
 
 
