@@ -40,9 +40,11 @@ from specframe.paths import cache_dir
 from specframe.plugins import load_plugins
 
 STDLIB_CODE = ("textwrap", "shlex", "csv", "fractions", "statistics", "calendar", "heapq", "bisect", "colorsys",
-               "difflib", "fnmatch", "glob", "gzip", "netrc", "quopri", "sched", "string", "zipapp")
+               "difflib", "fnmatch", "glob", "gzip", "netrc", "quopri", "sched", "string", "zipapp", "base64", "getopt",
+               "locale", "random", "shutil", "dis", "inspect", "platform", "uuid", "zipfile", "ftplib")
 STDLIB_PROSE = ("argparse", "logging", "subprocess", "pickle", "tarfile", "optparse", "imaplib", "doctest", "pydoc",
-                "zipfile", "smtplib", "ftplib")
+                "zipfile", "smtplib", "ftplib", "json", "unittest", "csv", "sched", "shelve", "heapq", "string", "ssl",
+                "socketserver", "typing", "getopt", "inspect", "tempfile", "configparser", "statistics")
 EDITS = ("add type hints to every parameter and return value",
          "rename `{name}` to `{name}_checked` and add a docstring",
          "replace every single-letter variable name with a descriptive one")
@@ -148,7 +150,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="config.example.toml")
     parser.add_argument("--workload", action="append", default=[], help=f"built-in ({', '.join(BUILTIN)}) or file")
-    parser.add_argument("--stdlib", type=int, default=16, help="prompts made from the standard library (default 16)")
+    parser.add_argument("--stdlib", type=int, default=16,
+                        help="prompts made from the standard library (default 16, at most about 65)")
     parser.add_argument("--drafters", action="append", default=[], metavar="TYPE[,TYPE...]",
                         help="a drafter set to replay too, its types at their defaults (repeatable)")
     args = parser.parse_args()
