@@ -24,7 +24,7 @@ from specframe.calibration import Calibration
 from specframe.config import Config, load_config
 from specframe.drafting import NO_DRAFT, Drafter, DrafterChain, DrafterEnv
 from specframe.drafting.configured import ConfiguredDrafters
-from specframe.drafting.gain import PassShare
+from specframe.drafting.gain import PassShare, cheapest_calls
 from specframe.drafting.pass_cost import PassCost, PassCostStore
 from specframe.errors import ConfigError, ParamError, SpecframeError
 from specframe.llama import Context, ContextFullError, Model, Segment
@@ -247,21 +247,32 @@ class Engine:
             segments.append(Segment(s.seq, s.prompt[s.n_past:s.n_past + n], s.n_past, 0))
         if not segments:
             return
+        calls = ([list(range(len(segments)))] if cost is None or len(segments) == 1
+                 else cheapest_calls(cost, [(seg.seq, len(seg.tokens)) for seg in segments], ctx.one_batch)[1])
+        for call in calls:
+            self._evaluate([segments[i] for i in call], [drafts[i] if i < len(drafts) else chunks[i - len(drafts)]
+                                                         for i in call])
+
+    def _evaluate(self, segments: list[Segment], owners: list) -> None:
+        """One llama_decode over ``segments``; each owner, (sequence, draft) for a verification or (sequence,
+        tokens) for a prompt chunk, takes its rows before the next call overwrites them."""
+        cost = self.calibration.cost
         pass_start = time.perf_counter()
-        logits = ctx.decode_batch(segments)
-        if cost is not None and len(segments) == 1 and not chunks:
+        logits = self.context.decode_batch(segments)
+        if cost is not None and len(segments) == 1 and segments[0].n_logits:
             # The table times one sequence's verification pass; a pass over several is evaluated in parts (see
             # Context), and one with a prompt chunk asks no logits for it: neither is comparable.
             cost.observe(len(segments[0].tokens), time.perf_counter() - pass_start)
         layout = tuple((segment.seq, segment.start_pos, len(segment.tokens), segment.n_logits) for segment in segments)
-        for mine, ((s, draft), rows) in enumerate(zip(drafts, logits)):
-            kept = self._verify(s, draft, rows)
-            if s.trace is not None:
-                s.trace.observe(layout, mine, rows, kept)
-        for mine, (s, n) in enumerate(chunks, start=len(drafts)):
-            s.n_past += n
-            if s.trace is not None:
-                s.trace.observe(layout, mine, None, 0)
+        for mine, (segment, (s, owned), rows) in enumerate(zip(segments, owners, logits)):
+            if segment.n_logits:
+                kept = self._verify(s, owned, rows)
+                if s.trace is not None:
+                    s.trace.observe(layout, mine, rows, kept)
+            else:
+                s.n_past += owned
+                if s.trace is not None:
+                    s.trace.observe(layout, mine, None, 0)
 
     def _verify(self, s: Sequence, draft, logits: np.ndarray) -> int:
         """Accept what the target agrees with, roll back the rest; return the tokens kept."""

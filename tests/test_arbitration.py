@@ -17,6 +17,8 @@ from specframe.drafting.gain import (
     DrafterRecord,
     PassShare,
     best_cut,
+    call_seconds,
+    cheapest_calls,
     expected_tokens,
     plain_rate,
 )
@@ -311,15 +313,36 @@ def test_a_draft_is_weighed_by_the_whole_pass_it_shares():
     assert rate < plain_rate(XEON, beside_three)                     # it would slow them down more than it brings
 
 
-def test_a_shared_pass_is_priced_as_llama_cpp_splits_it():
-    """Per-sequence KV buffers: a pass is evaluated in parts over consecutive sequence ids, as many tokens from
-    each as the shortest still has."""
-    four = PassShare(((0, 1), (1, 1), (2, 1), (3, 1)), mine=3)
-    assert four.seconds(XEON, 1) == pytest.approx(XEON.seconds(4))                      # one part of 4 x 1
-    assert four.seconds(XEON, 13) == pytest.approx(XEON.seconds(4) + XEON.seconds(12))  # then 12 alone
-    gap = PassShare(((0, 1), (2, 1)), mine=0)                                           # 0 and 2 are not consecutive
-    assert gap.seconds(XEON, 1) == pytest.approx(2 * XEON.seconds(1))
+def test_one_call_over_several_sequences_is_priced_as_llama_cpp_splits_it():
+    """Per-sequence KV buffers: a llama_decode call is evaluated in parts over consecutive sequence ids, as many
+    tokens from each as the shortest still has."""
+    assert call_seconds(XEON, [(0, 1), (1, 1), (2, 1), (3, 1)], False) == pytest.approx(XEON.seconds(4))
+    assert call_seconds(XEON, [(0, 1), (1, 1), (2, 1), (3, 13)], False) == pytest.approx(XEON.seconds(4)
+                                                                                        + XEON.seconds(12))
+    assert call_seconds(XEON, [(0, 1), (2, 1)], False) == pytest.approx(2 * XEON.seconds(1))   # not consecutive
+    assert call_seconds(XEON, [(0, 1), (1, 13)], True) == pytest.approx(XEON.seconds(14))      # one buffer
     assert PassShare().seconds(XEON, 5) == XEON.seconds(5)
+
+
+# This Xeon's table (ms): the repacked Q4_K kernels take 16 rows at once, so 16 tokens cost less than 15.
+SIXTEEN_CHEAP = PassCost({1: 0.0645, 2: 0.0926, 3: 0.1165, 4: 0.1046, 8: 0.1875, 12: 0.2279, 15: 0.2806,
+                          16: 0.2289, 17: 0.2820, 34: 0.4630})
+
+
+def test_a_pass_is_split_into_the_llama_decode_calls_that_cost_least():
+    """Beside a single token, a 16-token verification in one call costs 2 tokens, then 15 (373 ms); in two calls,
+    16 then 1 (293 ms). Single tokens stay together: two of them cost 93 ms in one call, 129 ms in two."""
+    seconds, calls = cheapest_calls(SIXTEEN_CHEAP, [(0, 16), (1, 1)], False)
+    assert calls == [[0], [1]] and seconds == pytest.approx(0.2289 + 0.0645)
+    assert call_seconds(SIXTEEN_CHEAP, [(0, 16), (1, 1)], False) == pytest.approx(0.0926 + 0.2806)
+    assert cheapest_calls(SIXTEEN_CHEAP, [(0, 1), (1, 1)], False) == (pytest.approx(0.0926), [[0, 1]])
+    seconds, calls = cheapest_calls(SIXTEEN_CHEAP, [(0, 1), (1, 1), (2, 1), (3, 16)], False)
+    assert calls == [[0, 1, 2], [3]]                          # the single tokens in one call, the draft alone
+    assert seconds == pytest.approx(0.1165 + 0.2289)          # against 4 x 1, then 15: 385 ms
+    beside = PassShare(((0, 1), (1, 1)), mine=0, expected=1.0)
+    assert beside.seconds(SIXTEEN_CHEAP, 16) == pytest.approx(0.2289 + 0.0645)   # what a draft is weighed by
+    p = np.full(16, 0.9)
+    assert best_cut(p, SIXTEEN_CHEAP, share=beside)[0] == 15
 
 
 def test_a_pass_over_one_shared_kv_buffer_is_priced_as_one_batch():

@@ -1,11 +1,16 @@
 """Several sequences in one engine, one per slot, stepped together: each is verified and rolled back on its own,
 and on the synthetic float32 model each request's greedy output is the same alone or beside three others."""
 
+import time
+
+import numpy as np
 import pytest
 from chains import COPYING_DRAFTERS
 from third_party_drafter import THIRD_PARTY
 
+from specframe.bench.oracle import OracleDrafter
 from specframe.config import load_config
+from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.testing.lossless import compare
 
@@ -75,6 +80,30 @@ def test_with_one_kv_buffer_for_every_slot_a_pass_is_one_batch_and_output_differ
         assert verdict.ok, verdict
         assert len(b.tokens) == 120
     assert sum(r.stats.n_accepted for r in batched) > 0
+
+
+def test_a_long_draft_beside_a_single_token_is_verified_in_a_call_of_its_own(engines, monkeypatch):
+    """Where 16 tokens cost less than 15 (as on a Xeon), one llama_decode over a 16-token verification and a single
+    token would cost 2 tokens, then 15; the engine makes two calls, and each slot's output is still plain
+    decoding's. A drafter that knows the first slot's reply makes long drafts; the second decodes plainly."""
+    engine = engines(2, "adaptive = true")
+    table = {n: 0.030 + 0.004 * n for n in range(1, 18)} | {16: 0.050, 34: 0.200}
+    PassCost.__init__(engine.calibration.cost, table, measured_at=time.time(), other_load=0.0)
+    monkeypatch.setattr(PassCost, "observe", lambda *_: None)      # this model's passes are not those of the table
+    prompts = [engine.prompt_tokens(p, raw=True) for p in PROMPTS[:2]]
+    plain = [engine.generate(p, speculative=False, max_tokens=60).tokens for p in prompts]
+    calls = []
+    decode_batch = engine.context.decode_batch
+    monkeypatch.setattr(engine.context, "decode_batch", lambda segments: calls.append(
+        [(s.seq, len(s.tokens)) for s in segments]) or decode_batch(segments))
+    knowing = OracleDrafter(np.concatenate([prompts[0], plain[0]]), engine.drafters.env)
+    running = [engine.start(prompts[0], slot=0, max_tokens=60, chain=engine.chain_of({"knowing": knowing})),
+               engine.start(prompts[1], slot=1, max_tokens=60, speculative=False)]
+    while any(s.stop_reason is None for s in running):
+        engine.step([s for s in running if s.stop_reason is None])
+    assert [engine.finish(s).tokens for s in running] == plain
+    assert [(0, 16)] in calls
+    assert not [c for c in calls if {n for _, n in c} == {1, 16}]   # never one call over 16 tokens and 1
 
 
 def test_every_sequence_is_rolled_back_on_its_own(engines, together):
