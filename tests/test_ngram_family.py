@@ -91,6 +91,17 @@ def test_ngram_mod_pool_persists_across_requests_until_it_fills():
     assert d.used == 0 and drafted(d, [9, 1, 2]) == []
 
 
+def test_ngram_mod_keeps_the_end_of_a_reply_for_the_next_request():
+    """History is added in chunks of 32 tokens, so a reply's last tokens were never in the pool when the next
+    request began: a repeated request could not draft them. The next begin adds them first."""
+    d = mod(n_match=2, n_min=1, n_max=8)
+    d.begin(h(100, 101))
+    reply = list(range(1, 20))
+    assert drafted(d, [100, 101, *reply]) == []            # fewer than 32 new tokens: none of them indexed yet
+    d.begin(h(100, 101))                                  # the same request again
+    assert drafted(d, [100, 101, 1, 2]) == [3, 4, 5, 6, 7, 8, 9, 10]
+
+
 def test_ngram_mod_resets_after_five_poorly_accepted_drafts():
     d = mod(n_match=2, n_min=1, n_max=4)
     d.begin(h(1, 2, 3, 4, 5, 0))

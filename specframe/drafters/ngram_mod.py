@@ -9,9 +9,11 @@ it: ``begin`` adds the prompt, and empties the pool first if it
 is more than 25 % full; history is added in chunks of 32 tokens; five consecutive drafts with less than a quarter
 of their tokens accepted empty the pool too.
 
-Deliberate difference: llama.cpp measures that acceptance fraction against the whole chain, before the caller
+Deliberate differences: llama.cpp measures that acceptance fraction against the whole chain, before the caller
 cuts the draft to its n_max, so with a chain of 64 and n_max 16 even fully accepted drafts score 0.25 at most and
-the pool is wiped every five drafts. Here the fraction is of the tokens actually drafted.
+the pool is wiped every five drafts. Here the fraction is of the tokens actually drafted. And llama.cpp never adds
+what a request generated after its last chunk, so a repeated request finds the end of its answer missing; here the
+next ``begin`` adds it first.
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class NgramModDrafter(IncrementalDrafter):
     # --- the protocol ---------------------------------------------------------------------------------------
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
+        self.index_to(len(self.tokens))   # the last request's reply since its last chunk: a repeat drafts it too
         super().begin(prompt, sampling)
         self._drafted = 0
         # As llama.cpp: the prompt's last token is fed with the first draft, and indexed from there.
