@@ -52,6 +52,15 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 SLOTS = 4
 LLAMA_CPP_NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+NGRAM_FLAGS = {   # our n-gram drafters' parameters, as llama-server takes them
+    "ngram-simple": {"n": "--spec-ngram-simple-size-n", "m": "--spec-ngram-simple-size-m"},
+    "ngram-map-k": {"n": "--spec-ngram-map-k-size-n", "m": "--spec-ngram-map-k-size-m",
+                    "min_hits": "--spec-ngram-map-k-min-hits"},
+    "ngram-map-k4v": {"n": "--spec-ngram-map-k4v-size-n", "m": "--spec-ngram-map-k4v-size-m",
+                      "min_hits": "--spec-ngram-map-k4v-min-hits"},
+    "ngram-mod": {"n_match": "--spec-ngram-mod-n-match", "n_min": "--spec-ngram-mod-n-min",
+                  "n_max": "--spec-ngram-mod-n-max"},
+}
 SECOND_TURN = "Thank you. Now explain in one sentence what you changed or wrote."
 
 
@@ -137,7 +146,7 @@ def specframe_command(config_path: pathlib.Path, port: int) -> list[str]:
 
 def llama_server_command(binary: pathlib.Path, config: Config, port: int) -> list[str]:
     """llama-server with the config's target, context per slot, threads, KV buffer layout, draft model and n-gram
-    types."""
+    types with their parameters."""
     t, speculative = config.target, config.speculative
     threads = t.threads or default_threads()
     command = [str(binary), "-m", str(resolve_model(t.model, config.directory)), "-c", str(t.n_ctx * SLOTS),
@@ -156,6 +165,8 @@ def llama_server_command(binary: pathlib.Path, config: Config, port: int) -> lis
                         "--spec-draft-n-min", str(params.n_min), "--spec-draft-p-min", str(params.p_min),
                         "-ngld", str(params.n_gpu_layers)]
             types.insert(0, "draft-simple")
+        for name, flag in NGRAM_FLAGS.get(drafter.type, {}).items():
+            command += [flag, str(getattr(drafter.params, name))]
     if types:
         command += ["--spec-type", ",".join(types)]
     return command

@@ -34,6 +34,32 @@ def replay():
     yield from load("replay", BENCHMARKS / "replay.py")
 
 
+@pytest.fixture(scope="module")
+def serving():
+    yield from load("serving", BENCHMARKS / "serving.py")
+
+
+def test_llama_server_gets_the_configs_n_gram_parameters(serving, write_config, target_path):
+    """The comparison is fair only if llama-server drafts with the same settings: ngram-mod's n_min 8 (llama.cpp's
+    default is 48) and the others as the config sets them."""
+    from specframe.config import load_config
+
+    config = load_config(write_config(f"""
+        [target]
+        model = "{target_path}"
+        [[drafter]]
+        type = "ngram-simple"
+        n = 8
+        [[drafter]]
+        type = "ngram-mod"
+        n_min = 8
+        """))
+    command = " ".join(serving.llama_server_command(pathlib.Path("llama-server"), config, 8080))
+    assert "--spec-type ngram-simple,ngram-mod" in command
+    assert "--spec-ngram-simple-size-n 8 --spec-ngram-simple-size-m 48" in command
+    assert "--spec-ngram-mod-n-match 24 --spec-ngram-mod-n-min 8 --spec-ngram-mod-n-max 64" in command
+
+
 LOG = """
 encoded   40 tokens in    0.400 seconds, speed:  100.000 t/s
 decoded  {n} tokens in   12.800 seconds, speed:   {speed:.3f} t/s
