@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from specframe.drafting.catch_up import forget_catch_up_rates
+from specframe.drafting.catch_up import forget_model_rates
 from specframe.drafting.pass_cost import PassCost, PassCostStore
 from specframe.llama import Context, library_prefix
 from specframe.model_settings import ModelSettings
@@ -72,7 +72,7 @@ class Calibration:
         """Have the table now, on an empty context (``reset``: measured again even when a stored one is good)."""
         if reset:
             self.store.reset()
-            forget_catch_up_rates()     # the draft models' speeds on this machine are timed again too
+            forget_model_rates()     # the draft models' speeds on this machine are timed again too
         self.cost = self.cost or PassCost()
         if reset:
             self.cost.stale_reason = "asked to measure again"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
-from specframe.drafting.catch_up import CatchUpStore
+from specframe.drafting.catch_up import ModelRateStore
 from specframe.drafting.gain import (
     EMPTY_CALLS,
     MODEL_BURST,
@@ -445,7 +445,7 @@ def test_a_model_known_to_catch_up_too_slowly_is_not_begun_on_the_prompt(tmp_pat
     run has timed its catching up, the next (another process: a new chain, the rate from the store) does not begin
     the model, nor probe it."""
     monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)   # the rule is tested, not the load
-    store = CatchUpStore(tmp_path, "model")
+    store = ModelRateStore(tmp_path, "model")
 
     def run_once():
         model = BegunSlowly(16, wrong_at=0, uses_model=True)
@@ -472,7 +472,7 @@ def test_a_deferred_begin_runs_before_the_models_first_draft():
 
 
 def test_a_catch_up_rate_is_not_stored_when_timed_under_load_nor_loaded_when_old(tmp_path, monkeypatch):
-    store = CatchUpStore(tmp_path, "model")
+    store = ModelRateStore(tmp_path, "model")
     store.save(0.01, other_load=1.0)
     assert store.load() == 0.0
     store.save(0.01, other_load=0.1)
@@ -481,3 +481,20 @@ def test_a_catch_up_rate_is_not_stored_when_timed_under_load_nor_loaded_when_old
     assert store.load() == 0.0
     store.path.write_text("{not json")
     assert store.load() == 0.0
+
+
+def test_a_models_drafting_rate_is_what_its_timed_calls_cost_and_tells_under_what_load():
+    record = DrafterRecord()
+    assert record.drafting_rate(16) is None                            # no call timed: nothing to store
+    record.assume_drafting_rate(0.010, 16)                             # as an earlier run stored it
+    assert record.cost.seconds(16) == pytest.approx(0.170) and record.drafting_rate(16) is None
+    record = DrafterRecord()
+    record.cost.observe(2, 0.030)
+    record.timed_call(0.030, (10.0, 1.0), (10.06, 1.03))               # the CPU busy 60 ms, this process 30
+    rate, load = record.drafting_rate(16)
+    assert rate == pytest.approx(0.010) and load is None               # too short to tell the load by
+    for _ in range(9):
+        record.timed_call(0.030, (10.0, 1.0), (10.06, 1.03))
+    assert record.drafting_rate(16)[1] == pytest.approx(1.0)           # another process kept a core busy
+    record.timed_call(0.030, None, None)                               # no /proc: the call's load is unknown
+    assert record.drafting_rate(16)[1] == pytest.approx(1.0)

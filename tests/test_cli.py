@@ -191,9 +191,9 @@ def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_c
     assert set(table["seconds"]) >= {str(n) for n in range(1, 18)} and table["stored"]
     again = json.loads(run("calibrate", "--config", str(config), "--json").stdout)
     assert again["measured_at"] == table["measured_at"]          # stored: not measured again
-    from specframe.drafting.catch_up import CatchUpStore, catch_up_folder
+    from specframe.drafting.catch_up import ModelRateStore, catch_up_folder
 
-    rate = CatchUpStore(catch_up_folder(), "a-draft-model")
+    rate = ModelRateStore(catch_up_folder(), "a-draft-model")
     rate.save(0.01, other_load=0.0)
     reset = json.loads(run("calibrate", "--config", str(config), "--reset", "--json").stdout)
     assert reset["measured_at"] > table["measured_at"]

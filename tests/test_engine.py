@@ -276,6 +276,44 @@ def test_a_draft_model_that_cannot_pay_for_the_prompt_is_not_begun_by_a_later_ru
     assert later.tokens == plain.tokens
 
 
+def test_a_draft_model_whose_drafting_cannot_pay_is_not_begun_by_a_later_run(engine_for, monkeypatch):
+    """The first run times the model's calls and stores its drafting rate when the engine closes. A later run whose
+    prompt costs the model a little to catch up on (two single passes), which alone would not keep it from the
+    prompt, leaves the model alone when that stored rate makes even a longest draft all right too dear; without
+    the stored rate it begins the model as before."""
+    import json
+
+    from specframe.paths import cache_dir
+
+    monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)   # the store, not this machine's load
+    prompt = " ".join([PROMPT] * 3)
+    first = engine_for(DRAFTERS["draft-model"], speculative="adaptive = true")
+    plain = first.generate(prompt, speculative=False, raw=True, max_tokens=40)
+    probed = first.generate(prompt, raw=True, max_tokens=40)
+    assert probed.stats.drafters["draft-model"]["calls"] >= 1
+    single, n_prompt = first.pass_cost.seconds(1), len(first.prompt_tokens(prompt, raw=True))
+    first.close()
+    folder = cache_dir() / "catch-up"
+    [drafting] = folder.glob("*-drafting.json")
+    [catch_up] = set(folder.glob("*.json")) - {drafting}
+    assert json.loads(drafting.read_text())["seconds_per_token"] > 0
+    rate = json.loads(catch_up.read_text())
+    catch_up.write_text(json.dumps(rate | {"seconds_per_token": 2 * single / n_prompt}))
+    drafting.write_text(json.dumps(rate | {"seconds_per_token": 10.0}))          # a CPU where drafting is dear
+
+    def later_run() -> dict:
+        engine = engine_for(DRAFTERS["draft-model"], speculative="adaptive = true")
+        result = engine.generate(prompt, raw=True, max_tokens=40)
+        assert result.tokens == plain.tokens
+        return result.stats.drafters["draft-model"]
+
+    model = later_run()
+    assert model["begins_deferred"] == 1 and model["begin_ms"] == 0 and model["calls"] == 0
+    drafting.unlink()
+    model = later_run()
+    assert model["begins_deferred"] == 0 and model["begin_ms"] > 0
+
+
 def test_a_draft_of_another_vocabulary_drafts_through_token_mapping(engine_for):
     engine = engine_for(DRAFTERS["draft-model (token mapping)"])
     plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True)

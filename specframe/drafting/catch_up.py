@@ -1,10 +1,12 @@
-"""How fast a draft model evaluates tokens in a batch, remembered across runs.
+"""How fast a draft model evaluates tokens in a batch and drafts them, remembered across runs.
 
-A model drafter must evaluate the prompt (and any token it missed) before it can draft. Where that costs more than
-its drafts could bring back (a CPU whose batches cost nearly their tokens one by one), the chain does not start the
-model on the prompt at all (chain.py); to know that at a run's first request, the seconds per token timed over an
-earlier begin are kept on disk, under a key of the drafter's type and settings, the threads and the build. A rate
-timed while other processes used the CPU is not stored, and a stored one ages as the pass-cost table does.
+A model drafter must evaluate the prompt (and any token it missed) before it can draft, and each token it drafts
+costs a pass of its own. Where that costs more than its drafts could bring back (a CPU whose batches cost nearly
+their tokens one by one), the chain does not start the model on the prompt at all (chain.py); to know that at a
+run's first request, two rates timed in earlier runs are kept on disk, under a key of the drafter's type and
+settings, the threads and the build: the seconds per token of its catching up (timed over a begin) and of its
+drafting (fitted over its calls). A rate timed while other processes used the CPU is not stored, and a stored one
+ages as the pass-cost table does.
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ def catch_up_folder() -> pathlib.Path:
     return cache_dir() / "catch-up"
 
 
-def forget_catch_up_rates() -> None:
+def forget_model_rates() -> None:
     """Every stored rate is timed again at the next run (``specframe calibrate --reset``)."""
     for stored in catch_up_folder().glob("*.json"):
         stored.unlink(missing_ok=True)
 
 
-class CatchUpStore:
-    """One model drafter's batch seconds per token on this machine (the key names the drafter and settings)."""
+class ModelRateStore:
+    """One of a model drafter's seconds-per-token rates on this machine (the key names the drafter, its settings and
+    the rate)."""
 
     def __init__(self, folder: pathlib.Path, key: str):
         self.path = folder / f"{key}.json"
@@ -45,7 +48,7 @@ class CatchUpStore:
         except FileNotFoundError:
             return 0.0
         except (OSError, ValueError, TypeError, KeyError) as exc:
-            log.info("catch-up rate %s is ignored: unreadable (%s: %s)", self.path, type(exc).__name__, exc)
+            log.info("draft model rate %s is ignored: unreadable (%s: %s)", self.path, type(exc).__name__, exc)
             return 0.0
         if not 0 <= time.time() - measured_at <= MAX_AGE_SECONDS or not seconds > 0:
             return 0.0
@@ -59,4 +62,4 @@ class CatchUpStore:
         try:
             atomic_write(self.path, json.dumps(data).encode())
         except OSError as exc:
-            log.warning("could not store the draft model's catch-up rate in %s: %s", self.path, exc)
+            log.warning("could not store the draft model's rate in %s: %s", self.path, exc)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from specframe.drafting.catch_up import CatchUpStore
+from specframe.drafting.catch_up import ModelRateStore
 from specframe.drafting.gain import (
     ALONE,
     PROBE,
@@ -86,7 +86,8 @@ class ChainEntry:
     stats: DrafterStats
     disabled: str | None = None   # why it was set aside
     record: DrafterRecord = field(default_factory=DrafterRecord)
-    catch_up_store: CatchUpStore | None = None   # where a model's catch-up rate is kept across runs
+    catch_up_store: ModelRateStore | None = None   # where a model's catch-up rate is kept across runs,
+    drafting_store: ModelRateStore | None = None   # and its drafting rate
     deferred_begin: tuple | None = None   # (prompt, sampling) of a begin put off until the model's first call
     begin_takes_sampling: bool = field(init=False)   # begin(prompt, sampling), or begin(prompt) alone
 
@@ -355,9 +356,12 @@ class DrafterChain:
         entry.stats.calls += 1
         catching_up = entry.record.catching_up(len(history))
         entry.record.asked(len(history))
+        before = cpu_times() if entry.drafter.uses_model else None
         start = time.perf_counter()
         result = self._guard(entry, "draft", entry.drafter.draft, history, n_max)
         seconds = time.perf_counter() - start
+        if before is not None:
+            entry.record.timed_call(seconds, before, cpu_times())
         entry.stats.draft_ms += seconds * 1e3
         draft = self._validated(entry, result, n_max) if entry.disabled is None else None
         n_drafted = len(draft) if draft is not None else 0

@@ -11,7 +11,7 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Sequence
 
-from specframe.drafting.catch_up import CatchUpStore, catch_up_folder
+from specframe.drafting.catch_up import ModelRateStore, catch_up_folder
 from specframe.drafting.chain import ChainEntry, DrafterChain, DrafterStats
 from specframe.drafting.pass_cost import PassCost
 from specframe.drafting.protocol import Drafter, DrafterEnv
@@ -69,14 +69,17 @@ class ConfiguredDrafters:
         return self._made[drafter_cfg.name]
 
     def _entry(self, drafter_cfg: "DrafterConfig", drafter: Drafter) -> ChainEntry:
-        """A chain entry; a model's starts with the catch-up rate an earlier run timed for the same settings."""
+        """A chain entry; a model's starts with the catch-up and drafting rates an earlier run timed for the same
+        settings."""
         entry = ChainEntry(drafter_cfg.name, drafter, drafter_cfg.drafter_type.plugin, DrafterStats())
         if drafter.uses_model:
             identity = (f"{drafter_cfg.type}:{drafter_cfg.params!r}:{self.env.n_threads}:{self.env.n_gpu_layers}:"
                         f"{library_prefix()}")
             key = hashlib.sha256(identity.encode()).hexdigest()[:16]
-            entry.catch_up_store = CatchUpStore(catch_up_folder(), key)
+            entry.catch_up_store = ModelRateStore(catch_up_folder(), key)
             entry.record.catch_up = entry.catch_up_store.load()
+            entry.drafting_store = ModelRateStore(catch_up_folder(), f"{key}-drafting")
+            entry.record.assume_drafting_rate(entry.drafting_store.load(), self.config.speculative.n_max)
         return entry
 
     def _new_chain(self, entries: list[ChainEntry]) -> DrafterChain:
@@ -84,16 +87,26 @@ class ConfiguredDrafters:
         return DrafterChain(entries, self.n_vocab, speculative.n_min, self.cost, speculative.arbitration,
                             speculative.n_max)
 
+    def _keep_drafting_rates(self) -> None:
+        """Store each model's drafting rate as its calls timed it (ModelRateStore: not when the CPU was busy)."""
+        for entry in self._all():
+            timed = entry.record.drafting_rate(self.config.speculative.n_max)
+            if entry.drafting_store is not None and timed is not None and entry.disabled is None:
+                entry.drafting_store.save(*timed)
+
     def _all(self) -> list[ChainEntry]:
         return [entry for slots in self._made.values() if slots is not None for entry in slots]
 
     def forget(self) -> None:
-        """Close the drafters without saving what they learned: the next request creates them anew."""
+        """Close the drafters without saving what they learned (what the models' drafting costs on this machine is
+        kept): the next request creates them anew."""
+        self._keep_drafting_rates()
         self._new_chain(self._all()).close()
         self._made.clear()
 
     def close(self) -> list[str]:
         """Save what the drafters persist and close them; return why the saves that failed did."""
+        self._keep_drafting_rates()
         entries = self._all()
         failures = [failure for entry in entries if (failure := _save(entry))]
         self._new_chain(entries).close()

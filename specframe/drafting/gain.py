@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specframe.drafting.pass_cost import PassCost
+from specframe.drafting.pass_cost import LOAD_MIN_WALL_SECONDS, PassCost
 
 DECAY = 0.9             # weight of the past in an acceptance estimate, per scored draft
 RUNS = (0, 1, 4, 16)    # run buckets: a fresh draft, or one carrying on after 1-3, 4-15, 16+ tokens right
@@ -200,6 +200,8 @@ class DrafterRecord:
     _seen: int = 0                   # the history's length at its last call (or begin)
     _deferred: bool = False          # its begin waits for its first call: it has evaluated none of the request
     _empty: int = 0                  # its calls in a row of this request that drafted nothing
+    _calls_timed: np.ndarray = field(default_factory=lambda: np.zeros(2))   # a model's calls: their wall seconds,
+                                                                            # and other processes' CPU seconds then
 
     @property
     def trust(self) -> float:
@@ -226,6 +228,27 @@ class DrafterRecord:
 
     def asked(self, n_history: int) -> None:
         self._seen = n_history
+
+    def assume_drafting_rate(self, seconds_per_token: float, n_max: int) -> None:
+        """Price its calls, until they are timed, at the rate an earlier run timed (0: unknown, nothing assumed):
+        otherwise a model's first request prices its drafting at nothing, and on a CPU where even its longest draft
+        all right cannot pay, it is begun on the prompt and probed for nothing."""
+        if seconds_per_token > 0:
+            self.cost.observe(n_max, seconds_per_token * (n_max + 1))
+
+    def timed_call(self, seconds: float, before: tuple[float, float] | None,
+                   after: tuple[float, float] | None) -> None:
+        """A model's call took ``seconds`` between two ``cpu_times`` readings (None: unknown)."""
+        if before is not None and after is not None:
+            self._calls_timed += (seconds, max(0.0, (after[0] - before[0]) - (after[1] - before[1])))
+
+    def drafting_rate(self, n_max: int) -> tuple[float, float | None] | None:
+        """Seconds per token of a call drafting ``n_max`` tokens, as this run's timed calls price it, and other
+        processes' load (cores) over those calls (None when too short to tell); None when no call was timed."""
+        wall, others = self._calls_timed.tolist()
+        if not wall:
+            return None
+        return float(self.cost.seconds(n_max)) / (n_max + 1), others / wall if wall >= LOAD_MIN_WALL_SECONDS else None
 
     def catching_up(self, n_history: int) -> float:
         """Seconds a model not asked at the last step would spend on the tokens it missed before drafting: a probe
