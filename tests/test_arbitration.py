@@ -498,3 +498,16 @@ def test_a_models_drafting_rate_is_what_its_timed_calls_cost_and_tells_under_wha
     assert record.drafting_rate(16)[1] == pytest.approx(1.0)           # another process kept a core busy
     record.timed_call(0.030, None, None)                               # no /proc: the call's load is unknown
     assert record.drafting_rate(16)[1] == pytest.approx(1.0)
+
+
+def test_the_tokens_after_an_accepted_one_are_estimated_a_standard_error_low():
+    """Three 16-token drafts all right leave the record after an accepted token with no miss to count: taken at
+    face value it promises every long draft whole (0.99 a token), where the copy a draft follows may end anywhere."""
+    record = DrafterRecord()
+    for _ in range(3):
+        record.score(REFERENCE[:16], 0, 0, REFERENCE[:17])
+    later = record.later
+    face_value = later.p
+    n = later.hits + later.misses
+    assert face_value > 0.99
+    assert record.p(16, 0)[1:] == pytest.approx(face_value - (face_value * (1 - face_value) / (n + 1)) ** 0.5)

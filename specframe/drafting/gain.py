@@ -39,7 +39,7 @@ PROBE_MAX_EVERY = 256   # and twice as late each time that did not pay: never gi
 PROBE_LENGTH = 2        # tokens a probe asks for
 MODEL_BURST = 4         # a probed model that could pay is asked or probed at this many following steps too
 ASK, PROBE = "ask", "probe"
-CAUTION = 1.0         # first-token estimates are taken this many standard errors low: little evidence, little trust
+CAUTION = 1.0           # acceptance estimates are taken this many standard errors low: little evidence, little trust
 CALIBRATION_PRIOR = 4.0  # tokens of agreement between estimates and outcomes a drafter's trust starts with
 PRIOR_WEIGHT = 2.0     # an estimate starts as worth this many observations of its prior:
 CHEAP_SHARE = 0.02      # a drafter whose calls cost less than this share of a single pass is asked every step
@@ -266,14 +266,16 @@ class DrafterRecord:
     def p(self, length: int, run: int, support: int | None = None) -> np.ndarray:
         """Acceptance of each token of a draft, its predecessors accepted: the first by run and context support
         (leaning on the run's estimate while that support has been seen rarely), the others as the drafter's
-        tokens after an accepted one."""
-        p = np.full(length, self.later.p)
+        tokens after an accepted one. Both are taken CAUTION standard errors low: after a few long drafts all
+        right, the tokens after an accepted one count no miss at all, and taken at face value they make every
+        draft worth its full length, where the copy it follows may end at any token."""
+        later = self.later
+        p = np.full(length, cautious(later.p, later.hits + later.misses))
         general = self._run_estimate(run)
         specific = self.first.get((run, support)) or Acceptance(hits=0.0, misses=0.0)
         hits = specific.hits + PRIOR_WEIGHT * general.p
         n = specific.hits + specific.misses + PRIOR_WEIGHT
-        mean = hits / n
-        p[:1] = max(0.0, mean - CAUTION * (mean * (1 - mean) / (n + 1)) ** 0.5)
+        p[:1] = cautious(hits / n, n)
         return p
 
     def _run_estimate(self, run: int) -> Acceptance:
@@ -370,6 +372,11 @@ class DrafterRecord:
             self.skipped, self._burst = 0, MODEL_BURST if uses_model else 0
             return PROBE
         return None
+
+
+def cautious(p: float, n: float) -> float:
+    """An acceptance ``p`` estimated over ``n`` (decayed) observations, taken CAUTION standard errors low."""
+    return max(0.0, p - CAUTION * (p * (1 - p) / (n + 1)) ** 0.5)
 
 
 def _bucket(run: int) -> int:
