@@ -31,3 +31,24 @@ def test_built_in_workloads_are_real_prompts_with_budgets(tmp_path):
     (tmp_path / "empty.txt").write_text("  ")
     with pytest.raises(SpecframeError, match="empty"):
         workload(str(tmp_path / "empty.txt"))
+
+
+def test_the_oracle_drafts_its_longest_paying_cut_from_the_first_step():
+    """The oracle's record starts certain: a fresh record's estimates over little evidence are taken low, so it
+    would verify short drafts at first and measure less than the ceiling."""
+    from specframe.drafting import ChainEntry, DrafterChain, DrafterStats
+    from specframe.drafting.gain import DrafterRecord, best_cut
+    from specframe.drafting.pass_cost import PassCost
+
+    reference = np.arange(10, 210, dtype=np.int32)
+    cost = PassCost({1: 0.030, 2: 0.033, 4: 0.039, 8: 0.060, 16: 0.087, 17: 0.095})   # a 2-core Xeon
+
+    def first_draft(record: DrafterRecord) -> int:
+        entry = ChainEntry("oracle", OracleDrafter(reference, fake_env()), "bench", DrafterStats(), record=record)
+        chain = DrafterChain([entry], 1000, cost=cost)
+        chain.begin(reference[:20])
+        return len(chain.draft(reference[:20], 16))
+
+    longest_paying = best_cut(np.ones(16), cost)[0]        # 15 here: a pass of 16 tokens is the cheapest per token
+    assert first_draft(DrafterRecord.certain()) == longest_paying
+    assert first_draft(DrafterRecord()) < longest_paying

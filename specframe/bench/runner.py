@@ -15,6 +15,7 @@ import numpy as np
 from specframe.bench.oracle import OracleDrafter
 from specframe.bench.workloads import Workload
 from specframe.config import Config
+from specframe.drafting.gain import DrafterRecord
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
@@ -160,7 +161,9 @@ def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
         result = engine.generate(prompt, speculative=False, **options)
     elif name == ORACLE:
         drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]), engine.drafters.env)
-        result = engine.generate(prompt, chain=engine.chain_of({ORACLE: drafter}), **options)
+        chain = engine.chain_of({ORACLE: drafter})
+        chain.entries[0].record = DrafterRecord.certain()
+        result = engine.generate(prompt, chain=chain, **options)
     else:
         result = engine.generate(prompt, drafters=None if name == CHAIN else [name], **options)
     return result, _peak_rss_mib()
