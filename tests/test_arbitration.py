@@ -22,7 +22,7 @@ from specframe.drafting.gain import (
     expected_tokens,
     plain_rate,
 )
-from specframe.drafting.pass_cost import PassCost
+from specframe.drafting.pass_cost import PassCost, others_busy
 
 RNG = np.random.default_rng(0)
 REFERENCE = RNG.integers(10, 1000, size=600).astype(np.int32)    # the target's greedy output
@@ -490,13 +490,13 @@ def test_a_models_drafting_rate_is_what_its_timed_calls_cost_and_tells_under_wha
     assert record.cost.seconds(16) == pytest.approx(0.170) and record.drafting_rate(16) is None
     record = DrafterRecord()
     record.cost.observe(2, 0.030)
-    record.timed_call(0.030, (10.0, 1.0), (10.06, 1.03))               # the CPU busy 60 ms, this process 30
+    record.timed_call(0.030, others_busy((10.0, 1.0), (10.06, 1.03)))   # the CPU busy 60 ms, this process 30
     rate, load = record.drafting_rate(16)
     assert rate == pytest.approx(0.010) and load is None               # too short to tell the load by
     for _ in range(9):
-        record.timed_call(0.030, (10.0, 1.0), (10.06, 1.03))
+        record.timed_call(0.030, others_busy((10.0, 1.0), (10.06, 1.03)))
     assert record.drafting_rate(16)[1] == pytest.approx(1.0)           # another process kept a core busy
-    record.timed_call(0.030, None, None)                               # no /proc: the call's load is unknown
+    record.timed_call(0.030, others_busy(None, None))                  # no /proc: the call's load is unknown
     assert record.drafting_rate(16)[1] == pytest.approx(1.0)
 
 

@@ -44,7 +44,7 @@ from specframe.drafting.gain import (
     expected_tokens,
     plain_rate,
 )
-from specframe.drafting.pass_cost import PassCost, cpu_times, other_load
+from specframe.drafting.pass_cost import PassCost, cpu_times, other_load, others_busy
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_request, begin_takes_sampling
 from specframe.drafting.support import ContextSupport
 from specframe.sampling import SamplingParams
@@ -361,7 +361,7 @@ class DrafterChain:
         result = self._guard(entry, "draft", entry.drafter.draft, history, n_max)
         seconds = time.perf_counter() - start
         if before is not None:
-            entry.record.timed_call(seconds, before, cpu_times())
+            entry.record.timed_call(seconds, others_busy(before, cpu_times()))
         entry.stats.draft_ms += seconds * 1e3
         draft = self._validated(entry, result, n_max) if entry.disabled is None else None
         n_drafted = len(draft) if draft is not None else 0

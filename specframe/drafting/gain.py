@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specframe.drafting.pass_cost import LOAD_MIN_WALL_SECONDS, PassCost
+from specframe.drafting.pass_cost import PassCost, load_over
 
 DECAY = 0.9             # weight of the past in an acceptance estimate, per scored draft
 RUNS = (0, 1, 4, 16)    # run buckets: a fresh draft, or one carrying on after 1-3, 4-15, 16+ tokens right
@@ -246,11 +246,10 @@ class DrafterRecord:
         if seconds_per_token > 0:
             self.cost.observe(n_max, seconds_per_token * (n_max + 1))
 
-    def timed_call(self, seconds: float, before: tuple[float, float] | None,
-                   after: tuple[float, float] | None) -> None:
-        """A model's call took ``seconds`` between two ``cpu_times`` readings (None: unknown)."""
-        if before is not None and after is not None:
-            self._calls_timed += (seconds, max(0.0, (after[0] - before[0]) - (after[1] - before[1])))
+    def timed_call(self, seconds: float, others_busy: float | None) -> None:
+        """A model's call took ``seconds`` while other processes used ``others_busy`` CPU seconds (None: unknown)."""
+        if others_busy is not None:
+            self._calls_timed += (seconds, others_busy)
 
     def drafting_rate(self, n_max: int) -> tuple[float, float | None] | None:
         """Seconds per token of a call drafting ``n_max`` tokens, as this run's timed calls price it, and other
@@ -258,7 +257,7 @@ class DrafterRecord:
         wall, others = self._calls_timed.tolist()
         if not wall:
             return None
-        return float(self.cost.seconds(n_max)) / (n_max + 1), others / wall if wall >= LOAD_MIN_WALL_SECONDS else None
+        return float(self.cost.seconds(n_max)) / (n_max + 1), load_over(others, wall)
 
     def catching_up(self, n_history: int) -> float:
         """Seconds a model not asked at the last step would spend on the tokens it missed before drafting: a probe

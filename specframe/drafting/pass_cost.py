@@ -351,9 +351,22 @@ def cpu_times() -> tuple[float, float] | None:
         return None
 
 
-def other_load(before, after, wall: float) -> float | None:
-    """Cores other processes kept busy between two ``cpu_times`` readings; None when unknown, or when the wall time
-    is too short to tell (/proc counts in ticks of 10 ms: over a millisecond one tick reads as ten busy cores)."""
-    if before is None or after is None or wall < LOAD_MIN_WALL_SECONDS:
+def others_busy(before, after) -> float | None:
+    """CPU seconds other processes used between two ``cpu_times`` readings; None when unknown."""
+    if before is None or after is None:
         return None
-    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall)
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1]))
+
+
+def load_over(busy: float | None, wall: float) -> float | None:
+    """Cores other processes kept busy, given their CPU seconds over ``wall`` seconds; None when unknown, or when the
+    wall time is too short to tell (/proc counts in ticks of 10 ms: over a millisecond one tick reads as ten busy
+    cores)."""
+    if busy is None or wall < LOAD_MIN_WALL_SECONDS:
+        return None
+    return busy / wall
+
+
+def other_load(before, after, wall: float) -> float | None:
+    """Cores other processes kept busy between two ``cpu_times`` readings ``wall`` seconds apart (``load_over``)."""
+    return load_over(others_busy(before, after), wall)
