@@ -8,6 +8,7 @@ import pytest
 from third_party_drafter import THIRD_PARTY
 
 from specframe.bench.oracle import OracleDrafter
+from specframe.drafting.gain import DrafterRecord
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
@@ -335,15 +336,18 @@ def poison(engine, table: dict) -> None:
 
 
 def test_an_impossible_stored_table_is_measured_again_and_speculation_goes_on(engine_for):
-    """A drafter that knows the reply: with a sane table its drafts pay whatever its calls cost next to the synthetic
-    model's 0.1 ms passes (prompt lookup's cost a quarter of one there, and its drafts of random text seldom pay, so
-    whether any was verified was a matter of timing)."""
+    """A drafter that knows the reply, and whose record says so (as the benchmark's oracle): with a sane table its
+    drafts pay whatever its calls cost next to the synthetic model's 0.1 ms passes. Prompt lookup's drafts of random
+    text seldom pay there; nor did a fresh record's, on a CPU whose measured table made its first estimates fall
+    short, so that whether any draft was verified was a matter of timing."""
     plain = engine_for().generate(PROMPT, speculative=False, raw=True)
     engine = engine_for(speculative="adaptive = true")
     poison(engine, {1: 0.08, 2: 4.4})                     # measured while another process used the CPU
     knowing = OracleDrafter(np.concatenate([engine.prompt_tokens(PROMPT, raw=True), plain.tokens]),
                             engine.drafters.env)
-    result = engine.generate(PROMPT, raw=True, chain=engine.chain_of({"knowing": knowing}))
+    chain = engine.chain_of({"knowing": knowing})
+    chain.entries[0].record = DrafterRecord.certain()
+    result = engine.generate(PROMPT, raw=True, chain=chain)
     assert engine.pass_cost.seconds(2) < 1.0 and result.stats.n_accepted > len(plain.tokens) / 2
     stored = engine.pass_cost_store.path   # replaced by the measured table, or deleted if the CPU was too busy to store
     assert not stored.exists() or PassCost.from_json(stored.read_text()).seconds(2) < 1.0
