@@ -320,6 +320,11 @@ class Engine:
         """A chain of drafters made outside the config (the benchmark's oracle), with this engine's settings."""
         return self.drafters.chain_of(drafters, plugin)
 
+    def prepare_drafters(self) -> bool:
+        """Make every slot's configured drafters ready now, a draft model loaded (a server, before it says it is
+        ready), not on first use; whether there are any."""
+        return self.drafters.prepare()
+
     def calibrate(self, reset: bool = False) -> PassCost:
         """Measure the pass-cost table now (``reset``: even when a stored one is still good) and store it."""
         cost = self.calibration.calibrate(self._pass_sizes(0), reset)

@@ -461,6 +461,48 @@ def test_a_model_known_to_catch_up_too_slowly_is_not_begun_on_the_prompt(tmp_pat
     assert later.begun == [] and later.calls == [] and stats.begins_deferred == 1 and stats.begin_ms == 0
 
 
+class SlowToLoad(Knowing):
+    """Knowing, as a draft model whose first use loads its weights (``prepare``: 50 ms), or fails to."""
+
+    def __init__(self, *args, fails=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prepared, self.fails = 0, fails
+
+    def prepare(self):
+        self.prepared += 1
+        time.sleep(0.05)
+        if self.fails:
+            raise RuntimeError("no such weights")
+
+
+def test_a_drafter_is_prepared_once_on_first_use_and_its_load_is_not_priced_as_its_calls():
+    loading = SlowToLoad(16, uses_model=True)
+    chain = chain_of(loading)
+    replay(chain, n_tokens=60)
+    stats, record = chain.entries[0].stats, chain.entries[0].record
+    assert loading.prepared == 1 and stats.prepare_ms >= 50 and stats.accepted_tokens > 30
+    assert stats.begin_ms + stats.draft_ms < 50                  # timed apart: its calls are not priced by its load
+    assert record.catch_up < 0.01 / PROMPT and record.cost.typical < 0.01
+
+
+def test_a_model_the_chain_never_asks_is_never_prepared():
+    """Known to catch up too slowly on this CPU, its begin is deferred and it is never asked: a run does without
+    loading it."""
+    model = SlowToLoad(16, wrong_at=0, uses_model=True)
+    chain = chain_of(model, cost=EPYC)
+    chain.entries[0].record.catch_up = 0.003
+    replay(chain, n_tokens=50, n_max=4)
+    assert model.prepared == 0 and chain.entries[0].stats.begins_deferred == 1 and chain.entries[0].stats.calls == 0
+
+
+def test_a_drafter_that_cannot_be_prepared_is_set_aside_and_the_others_go_on():
+    failing, other = SlowToLoad(16, fails=True), Knowing(16)
+    chain = chain_of(failing, other)
+    replay(chain, n_tokens=100)
+    assert chain.entries[0].disabled == "prepare() raised RuntimeError: no such weights" and failing.prepared == 1
+    assert chain.entries[0].stats.calls == 0 and chain.entries[1].stats.accepted_tokens > 50
+
+
 def test_a_deferred_begin_runs_before_the_models_first_draft():
     model = BegunSlowly(16, uses_model=True)
     chain = chain_of(model, cost=EPYC)

@@ -139,6 +139,7 @@ def test_a_slot_keeps_the_longest_shared_prefix_for_the_next_request(engines, to
 
 def test_slots_share_what_drafters_share_and_keep_the_rest_apart(engines):
     engine = engines(3)
+    assert engine.prepare_drafters()                    # as a server does before it says it is ready
     chains = [engine.drafters.chain(slot=slot) for slot in range(3)]
     by_name = [{e.label: e.drafter for e in chain.entries} for chain in chains]
     mods = [d["ngram-mod"] for d in by_name]

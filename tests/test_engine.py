@@ -266,6 +266,7 @@ def test_a_draft_model_that_cannot_pay_for_the_prompt_is_not_begun_by_a_later_ru
     plain = first.generate(prompt, speculative=False, raw=True, max_tokens=40)
     begun = first.generate(prompt, raw=True, max_tokens=40)
     assert begun.stats.drafters["draft-model"]["begin_ms"] > 0 and begun.tokens == plain.tokens
+    assert begun.stats.drafters["draft-model"]["prepare_ms"] > 0                      # loaded on first use
     [stored] = (cache_dir() / "catch-up").glob("*.json")
     rate = json.loads(stored.read_text())
     assert rate["seconds_per_token"] > 0
@@ -274,7 +275,7 @@ def test_a_draft_model_that_cannot_pay_for_the_prompt_is_not_begun_by_a_later_ru
                                                                                        max_tokens=40)
     model = later.stats.drafters["draft-model"]
     assert model["begins_deferred"] == 1 and model["begin_ms"] == 0 and model["calls"] == 0
-    assert later.tokens == plain.tokens
+    assert model["prepare_ms"] == 0 and later.tokens == plain.tokens                  # nor was it loaded
 
 
 def test_a_draft_model_whose_drafting_cannot_pay_is_not_begun_by_a_later_run(engine_for, monkeypatch):

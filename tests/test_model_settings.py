@@ -75,6 +75,7 @@ def test_threads_reach_the_target_and_the_draft_context(config_of, models):
     path = config_of("threads_batch = 2", draft_table(models, "threads = 2\nthreads_batch = 3"))
     with Engine.from_config(path) as engine:
         assert (engine.context.n_threads, engine.context.n_threads_batch) == (1, 2)
+        engine.prepare_drafters()                                          # the draft model, loaded now
         draft = engine.drafters.chain().entries[0].drafter.context
         assert (draft.n_threads, draft.n_threads_batch) == (2, 3)
 
@@ -85,6 +86,7 @@ def test_a_draft_takes_the_targets_settings_it_leaves_out(config_of, models):
     draft = config.drafters[0].params
     assert (draft.threads, draft.threads_batch, draft.type_k, draft.n_gpu_layers) == (1, 2, "q8_0", 0)
     with Engine(config) as engine:
+        engine.prepare_drafters()
         context = engine.drafters.chain().entries[0].drafter.context
         assert (context.n_threads, context.n_threads_batch) == (1, 2)
 

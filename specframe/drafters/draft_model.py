@@ -61,30 +61,57 @@ class DraftModelParams(ModelSettings):
 
 
 class _DraftModel:
-    """The draft model and its context, one sequence per slot: what the drafters of a server's slots share."""
+    """The draft model and its context, one sequence per slot: what the drafters of a server's slots share. Loaded
+    on first use (``load``): where the chain never asks it (a CPU on which its drafts cannot pay), a run does
+    without its 0.5-2 s of loading. Only ``token_mapping = "never"`` loads it at once, to refuse an incompatible
+    vocabulary before the first request."""
 
     def __init__(self, params: DraftModelParams, env: DrafterEnv, n_slots: int):
-        path = env.resolve_model(params.model)
-        notes = [f"re-quantized to {params.quantize}"] if params.quantize != "none" else []
+        self.params, self.env, self.n_slots = params, env, n_slots
+        self.path = env.resolve_model(params.model)
         if params.quantize != "none":
-            path = requantized(path, params.quantize)
-        settings = dataclasses.replace(params, threads=params.threads or env.n_threads)   # 0: the target's
-        self.model = Model(path, settings)
-        reason = env.target.vocab.incompatibility(self.model.vocab)
+            self.path = requantized(self.path, params.quantize)
+        self.settings = dataclasses.replace(params, threads=params.threads or env.n_threads)   # 0: the target's
+        Model.check(self.path, self.settings)
+        self.model: Model | None = None
+        self.context: Context | None = None
+        self.mapped = params.token_mapping == "always"
+        self._notes = [f"re-quantized to {params.quantize}"] if params.quantize != "none" else []
+        if params.token_mapping == "never":
+            self.load()
+
+    def load(self) -> tuple[Model, Context]:
+        """The model and its context, loaded now if they were not yet."""
+        if self.model is not None and self.context is not None:
+            return self.model, self.context
+        params, env = self.params, self.env
+        model = Model(self.path, self.settings)
+        reason = env.target.vocab.incompatibility(model.vocab)
         if reason and params.token_mapping == "never":
-            self.model.close()
-            raise ModelError(f"draft model {path.name} cannot draft token ids for target {env.target.path}: "
+            model.close()
+            raise ModelError(f"draft model {self.path.name} cannot draft token ids for target {env.target.path}: "
                              f"{reason}; set token_mapping = \"auto\" to draft through text")
-        self.mapped = bool(reason) or params.token_mapping == "always"
+        self.mapped = self.mapped or bool(reason)
         if self.mapped:
-            notes.append(f"token mapping: {reason or 'as configured'}")
-        self.note = "; ".join(notes) or None
+            self._notes.append(f"token mapping: {reason or 'as configured'}")
         n_ctx = params.n_ctx or (2 * env.n_ctx if self.mapped else env.n_ctx)
-        self.context = Context(self.model, n_ctx=n_ctx, n_seq_max=n_slots)
+        try:
+            self.context = Context(model, n_ctx=n_ctx, n_seq_max=self.n_slots)
+        except BaseException:
+            model.close()
+            raise
+        self.model = model
+        return model, self.context
+
+    @property
+    def note(self) -> str | None:
+        return "; ".join(self._notes) or None
 
     def close(self) -> None:
-        self.context.close()
-        self.model.close()
+        if self.context is not None:
+            self.context.close()
+        if self.model is not None:
+            self.model.close()
 
 
 class DraftModelDrafter(Drafter):
@@ -97,11 +124,13 @@ class DraftModelDrafter(Drafter):
         (by default a model and context of its own)."""
         super().__init__(params, env)
         self._shared = shared or _DraftModel(params, env, 1)
-        self.model, self.context, self.seq = self._shared.model, self._shared.context, seq
-        target = env.target.vocab
-        self.mapping = TokenMapping(target, self.model.vocab, params.replace) if self._shared.mapped else None
+        self.seq = seq
+        self._ready = False   # prepared: the model and context below are set
+        self.model: Model
+        self.context: Context
+        self.mapping: TokenMapping | None = None
         self._n_target_vocab = env.n_vocab
-        self._kv = np.empty(self.context.n_ctx, dtype=np.int32)   # the tokens held in the draft's KV memory
+        self._kv = np.empty(0, dtype=np.int32)   # the tokens held in the draft's KV memory
         self._n_kv = 0
         self._n_synced = 0    # leading tokens of the last synced sequence known to match the KV memory
         self._sampler: TokenSampler | None = None
@@ -112,9 +141,20 @@ class DraftModelDrafter(Drafter):
         shared = _DraftModel(params, env, n_slots)
         return [cls(params, env, shared, seq) for seq in range(n_slots)]
 
+    def prepare(self) -> None:
+        """Load the model (once for every slot) and make this slot's mirror of its memory."""
+        if self._ready:
+            return
+        self.model, self.context = self._shared.load()
+        if self._shared.mapped:
+            self.mapping = TokenMapping(self.env.target.vocab, self.model.vocab, self.params.replace)
+        self._kv = np.empty(self.context.n_ctx, dtype=np.int32)
+        self._ready = True
+
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """Evaluate the prompt now, with the target's prompt processing (as llama.cpp feeds its draft context),
         so drafting starts in step; a prefix shared with the last request stays in memory."""
+        self.prepare()
         self._n_synced = 0
         self._sampler = TokenSampler(sampling, DRAFT_STREAM) if sampling and not self.mapping else None
         if self.mapping is not None:
@@ -124,6 +164,7 @@ class DraftModelDrafter(Drafter):
             self._sync(tokens, 0)
 
     def draft(self, history: np.ndarray, n_max: int) -> Draft:
+        self.prepare()
         tokens, unchanged = self._view(history)
         length = len(tokens)
         wanted = min(n_max, self.params.n_max) + (self.mapping is not None)   # mapping drops an unsure last token

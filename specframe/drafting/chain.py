@@ -67,6 +67,7 @@ class DrafterStats:
     drafted_tokens: int = 0    # tokens of its chosen drafts that were verified
     accepted_tokens: int = 0   # of those, accepted
     confirmed_tokens: int = 0  # tokens of all its drafts, chosen or not, that the target's output confirmed
+    prepare_ms: float = 0.0    # what making it ready on first use took (a draft model's load), apart from its calls
     begin_ms: float = 0.0
     draft_ms: float = 0.0
     accept_ms: float = 0.0
@@ -89,6 +90,7 @@ class ChainEntry:
     catch_up_store: ModelRateStore | None = None   # where a model's catch-up rate is kept across runs,
     drafting_store: ModelRateStore | None = None   # and its drafting rate
     deferred_begin: tuple | None = None   # (prompt, sampling) of a begin put off until the model's first call
+    prepared: bool = False                # Drafter.prepare has been called
     begin_takes_sampling: bool = field(init=False)   # begin(prompt, sampling), or begin(prompt) alone
 
     def __post_init__(self):
@@ -149,6 +151,8 @@ class DrafterChain:
     def _begin(self, entry: ChainEntry, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
         """Begin one drafter, timing a model's catching up (kept across runs where a store is given)."""
         entry.deferred_begin = None
+        if not self._prepared(entry):
+            return
         before, start = cpu_times(), time.perf_counter()
         self._guard(entry, "begin", entry.begin, prompt, sampling)
         seconds = time.perf_counter() - start
@@ -353,6 +357,8 @@ class DrafterChain:
             self._begin(entry, *entry.deferred_begin)
             if entry.disabled is not None:
                 return None
+        if not self._prepared(entry):
+            return None
         entry.stats.calls += 1
         catching_up = entry.record.catching_up(len(history))
         entry.record.asked(len(history))
@@ -376,6 +382,21 @@ class DrafterChain:
         candidate = _Candidate(entry, draft, run, support, entry.record.p(len(draft), run, support))
         self._candidates.append(candidate)
         return candidate
+
+    def _prepared(self, entry: ChainEntry) -> bool:
+        """Prepare a drafter on its first use, apart from the calls whose time prices it; False if that failed
+        (it is then set aside)."""
+        if not entry.prepared:
+            entry.prepared = True
+            start = time.perf_counter()
+            self._guard(entry, "prepare", entry.drafter.prepare)
+            entry.stats.prepare_ms += (time.perf_counter() - start) * 1e3
+        return entry.disabled is None
+
+    def prepare(self) -> None:
+        """Prepare every drafter now (a server, before it says it is ready), not at its first use."""
+        for entry in self._active():
+            self._prepared(entry)
 
     def close(self) -> None:
         for entry in self.entries:

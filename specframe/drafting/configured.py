@@ -43,6 +43,14 @@ class ConfiguredDrafters:
         entries = [slots[slot] for slots in made if slots is not None]
         return self._new_chain(entries) if entries else None
 
+    def prepare(self) -> bool:
+        """Create and prepare every configured drafter of every slot (Drafter.prepare); whether there are any."""
+        chains = [self.chain(slot=slot) for slot in range(self.slots)]
+        for chain in chains:
+            if chain is not None:
+                chain.prepare()
+        return chains[0] is not None
+
     def chain_of(self, drafters: dict[str, Drafter], plugin: str = "(not a plugin)") -> DrafterChain:
         """A chain of drafters made outside the config (the benchmark's oracle), with the config's settings."""
         return self._new_chain([ChainEntry(label, drafter, plugin, DrafterStats())

@@ -110,6 +110,11 @@ class Drafter:
         """Refuse, when the config loads, parameters this drafter could not honour (raise ``ParamError``): an
         output file in a missing folder, say. It runs before any model is loaded, so no work is lost to them."""
 
+    def prepare(self) -> None:
+        """Make ready what this drafter puts off until it is first needed (a draft model loads its weights then, so
+        that a run whose chain never asks it does not pay for them). The chain calls it, untimed, before the first
+        begin or draft it times; a drafter used outside a chain calls it itself. Called again, it does nothing."""
+
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """A new request starts with ``prompt``: reset per-request state. ``sampling`` is the target's sampling
         settings when the engine accepts drafts by rejection sampling (a drafter that samples its tokens then

@@ -107,9 +107,7 @@ class Model(Handle):
         self._ffi, self._lib = native()
         self.path = os.fspath(path)
         self.settings = settings or ModelSettings()
-        problem = file_problem(self.path)
-        if problem:
-            raise ModelError(f"model file {self.path}: {problem}")
+        self.check(self.path, self.settings)
         params, self._params_memory = model_params(self.settings, vocab_only)   # libllama keeps pointers into it
         handle = self._lib.llama_model_load_from_file(self.path.encode(), params)
         if handle == self._ffi.NULL:
@@ -120,6 +118,15 @@ class Model(Handle):
         self._contexts: weakref.WeakSet = weakref.WeakSet()
         self.vocab = Vocab(self, self._lib.llama_model_get_vocab(handle))
         raise_pending_interrupt()
+
+    @staticmethod
+    def check(path: str | os.PathLike, settings: ModelSettings) -> None:
+        """Raise what loading would raise of a missing file or of settings this build cannot honour, without
+        loading: a model loaded on first use is refused when it is configured."""
+        problem = file_problem(path)
+        if problem:
+            raise ModelError(f"model file {os.fspath(path)}: {problem}")
+        model_params(settings)
 
     def _register_context(self, context) -> None:
         self._contexts.add(context)

@@ -150,7 +150,7 @@ class Scheduler:
             self.on_failure()
             return
         try:
-            if self.config.speculative.enabled and engine.chain() is not None:   # the drafters, loaded now
+            if self.config.speculative.enabled and engine.prepare_drafters():   # the drafters, loaded now
                 if engine.pass_cost is not None:
                     engine.calibrate()      # now, before the first request waits for it
             self.ready.set()
