@@ -120,28 +120,44 @@ def test_passes_that_disagree_with_the_table_make_it_stale_and_one_slow_outlier_
     assert cost.seconds(2) == pytest.approx(0.0572)         # observations never rewrite the table themselves
 
 
+def half_priced_batches(real: dict[int, float]) -> PassCost:
+    """A table too cheap by half for every pass over several tokens (as it would be taken under another load)."""
+    return PassCost({n: real[n] if n == 1 else max(real[n] / 2, real[1]) for n in real})
+
+
 def test_a_table_too_cheap_is_found_within_a_few_drafts_of_different_lengths():
-    """A table that prices every pass like a single token's: each draft has another length, and no size is seen
-    twice, yet the passes' ratios to the table give it away."""
+    """Each draft has another length, and no size is seen twice, yet the passes' ratios to the table give it away."""
     real = seconds(EPYC)
-    cost = PassCost({n: real[1] for n in real})
+    cost = half_priced_batches(real)
     for n in (16, 1, 9):
         cost.observe(n, real[n])
         assert not cost.stale
     cost.observe(12, real[12])
-    assert cost.stale and "times what the table says" in cost.stale_reason
+    assert cost.stale and "the last 3 passes over several tokens" in cost.stale_reason
 
 
 def test_a_table_too_cheap_is_found_though_single_passes_come_between_the_drafts():
-    """As a poisoned table's run went on the Xeon: drafts of 10 tokens at 3.9 times the table, with steps that
-    drafted nothing in between. Three drafted passes give it away, where the median of the last five would not."""
+    """Drafts of 11 tokens at twice the table, with steps that drafted nothing in between: three drafted passes give
+    it away, where the median of the last five would not."""
     real = seconds(EPYC)
-    cost = PassCost({n: real[1] for n in real})
+    cost = half_priced_batches(real)
     for n in (1, 11, 1, 1, 11, 1):
         cost.observe(n, real[n])
         assert not cost.stale
     cost.observe(11, real[11])
-    assert cost.stale and "passes over several tokens" in cost.stale_reason
+    assert cost.stale and "the last 3 passes over several tokens" in cost.stale_reason
+
+
+def test_a_table_far_too_cheap_is_found_by_the_second_draft():
+    """A table that prices every pass like a single token's (as a poisoned run went on this EPYC: passes of 17 at 15
+    times the table at the first two steps, before any single-token pass). Each such pass costs many single passes'
+    time, so two of them suffice; one could be noise."""
+    real = seconds(EPYC)
+    cost = PassCost({n: real[1] for n in real})
+    cost.observe(17, real[17])
+    assert not cost.stale
+    cost.observe(16, real[16])
+    assert cost.stale and "the last 2 passes over several tokens" in cost.stale_reason
 
 
 def test_one_pass_much_faster_than_the_table_proves_it_wrong():

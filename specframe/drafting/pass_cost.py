@@ -19,7 +19,9 @@ off. Hence:
   request for seconds to find the same shape. The pace is what recent single-token passes take against the
   table. When the recent passes, whatever their sizes, take more than half again that pace (the median of their
   ratios to the table over the last few), or the last three passes over several tokens all do (single ones between
-  them must not hide a table too cheap for every draft), or one pass takes less than four fifths of the fastest
+  them must not hide a table too cheap for every draft), or the last two of those take three times the pace (the
+  table's level until a single-token pass is timed: each of them cost a run's long draft several passes' time),
+  or one pass takes less than four fifths of the fastest
   recent single's ratio, the shape is wrong (a poisoned file, a table taken under another load) and the engine
   measures it again; so it does when the pace itself is off by more than ``GROSS``, which no drift of an idle machine
   explains. Until a single-token pass is timed against the table, its own level stands for the pace. Ratios pooled
@@ -62,8 +64,17 @@ FASTER = 1.25                        # one pass faster than the pace by this fac
 GROSS = 2.0                          # a pace this far off the table's level, either way: stale (a busy CPU)
 DRIFT_WINDOW = 5                     # the last passes (any sizes, and single-token ones) whose ratios are compared
 BATCH_WINDOW = 3                     # passes over several tokens in a row all this much slower than the pace: stale
+GROSS_BATCHES = 2                    # or this many all GROSS * DRIFT slower (the pace taken as the table's level
+                                     # until a single-token pass is timed): a table too cheap for every draft
 REMEASURE_AFTER_SECONDS = 300.0      # after a measurement here, no other for this long: one costs ~20 s of
                                      # every request's time, and a slowdown of every size alike changes no choice
+
+
+def _slow_batches(ratios: list[float], pace: float, n_tokens: int, seconds: float, expected: float) -> str:
+    """Why the table is stale when the last passes over several tokens, at ``ratios`` to it, were all too slow."""
+    return (f"the last {len(ratios)} passes over several tokens took at least {min(ratios):.1f} times what the table "
+            f"says, single-token passes {pace:.1f} times (the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms "
+            f"against {expected * 1e3:.1f} ms)")
 
 
 class PassCostError(ValueError):
@@ -174,6 +185,7 @@ class PassCost:
         level = statistics.median(self._recent_ratios)
         full = len(self._recent_ratios) == DRIFT_WINDOW
         batches = self._recent_batch_ratios
+        gross = list(batches)[-GROSS_BATCHES:]
         if ratio * FASTER < fastest_single:
             self.stale_reason = (f"a pass of {n_tokens} token(s) took {seconds * 1e3:.1f} ms, the table says "
                                  f"{expected * 1e3:.1f} ms" + (f" and single-token passes take {pace:.2f} times "
@@ -184,10 +196,9 @@ class PassCost:
                                  + f" (the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms against "
                                  f"{expected * 1e3:.1f} ms)")
         elif singles and len(batches) == BATCH_WINDOW and min(batches) > DRIFT * pace:
-            self.stale_reason = (f"the last {BATCH_WINDOW} passes over several tokens took at least "
-                                 f"{min(batches):.1f} times what the table says, single-token passes {pace:.1f} "
-                                 f"times (the latest, of {n_tokens} token(s), {seconds * 1e3:.1f} ms against "
-                                 f"{expected * 1e3:.1f} ms)")
+            self.stale_reason = _slow_batches(list(batches), pace, n_tokens, seconds, expected)
+        elif len(gross) == GROSS_BATCHES and min(gross) > GROSS * DRIFT * pace:
+            self.stale_reason = _slow_batches(gross, pace, n_tokens, seconds, expected)
 
     def _possible_entry(self, n_tokens: int, seconds: float) -> float:
         """``seconds`` for the entry of ``n_tokens``, moved as little as keeps the table possible (check_table): a
