@@ -30,7 +30,7 @@ def format_stats(result: GenerationResult, speculative: bool = True) -> str:
             cells = (d["calls"], d["drafts"], d["accepted_drafts"], d["drafted_tokens"], d["accepted_tokens"],
                      d["held_back"])
             lines.append(f"{name:<{width}}  " + "  ".join(f"{c:>11}" for c in cells) + f"  {durations:>13}"
-                         + (f"  (prepared in {d['prepare_ms'] / 1e3:.2f} s)" if d.get("prepare_ms", 0) >= 1 else "")
+                         + (f"  (prepared in {d['prepare_ms'] / 1e3:.2f} s)" if d["prepare_ms"] >= 1 else "")
                          + (f"  ({d['note']})" if "note" in d else "")
                          + (f"  DISABLED: {d['disabled']}" if "disabled" in d else ""))
     return "\n".join(lines)

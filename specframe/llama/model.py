@@ -107,7 +107,7 @@ class Model(Handle):
         self._ffi, self._lib = native()
         self.path = os.fspath(path)
         self.settings = settings or ModelSettings()
-        self.check(self.path, self.settings)
+        self._check_file(self.path)
         params, self._params_memory = model_params(self.settings, vocab_only)   # libllama keeps pointers into it
         handle = self._lib.llama_model_load_from_file(self.path.encode(), params)
         if handle == self._ffi.NULL:
@@ -123,10 +123,14 @@ class Model(Handle):
     def check(path: str | os.PathLike, settings: ModelSettings) -> None:
         """Raise what loading would raise of a missing file or of settings this build cannot honour, without
         loading: a model loaded on first use is refused when it is configured."""
+        Model._check_file(path)
+        model_params(settings)
+
+    @staticmethod
+    def _check_file(path: str | os.PathLike) -> None:
         problem = file_problem(path)
         if problem:
             raise ModelError(f"model file {os.fspath(path)}: {problem}")
-        model_params(settings)
 
     def _register_context(self, context) -> None:
         self._contexts.add(context)
