@@ -8,6 +8,7 @@ import pytest
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
 from specframe.drafting.catch_up import ModelRateStore
 from specframe.drafting.gain import (
+    DECAY,
     EMPTY_CALLS,
     MODEL_BURST,
     PROBE_EVERY,
@@ -553,3 +554,19 @@ def test_the_tokens_after_an_accepted_one_are_estimated_a_standard_error_low():
     n = later.hits + later.misses
     assert face_value > 0.99
     assert record.p(16, 0)[1:] == pytest.approx(face_value - (face_value * (1 - face_value) / (n + 1)) ** 0.5)
+
+
+def test_drafts_held_back_that_carry_on_teach_the_tokens_after_an_accepted_one():
+    """A copy held back emits one token a step; each step's draft carries on the last, so its first token is the
+    token after an accepted one of the draft before. Those steps teach the later-token estimate as verified drafts
+    would: without them a copy under way stays priced by its prior and is held back for its whole length."""
+    record = DrafterRecord()
+    before = record.p(16, 0)[1]
+    for at in range(12):
+        draft = REFERENCE[at:at + 16]
+        record.score(draft, record.run_of(draft), 0, REFERENCE[at:at + 1])
+    assert record.p(16, 0)[1] > max(before, 0.9)
+    misses = record.later.misses
+    draft = REFERENCE[12:28]
+    record.score(draft, record.run_of(draft), 0, REFERENCE[12:13] + 1)   # it carries on, and goes wrong
+    assert record.later.misses == pytest.approx(DECAY * misses + 1)

@@ -334,7 +334,9 @@ class DrafterRecord:
         self._run_estimate(run).observe(first_right, went_wrong=not first_right)
         self.first.setdefault((run, support), Acceptance(hits=0.0, misses=0.0)).observe(first_right,
                                                                                       went_wrong=not first_right)
-        if first_right:
+        if run:     # it carries on a draft that held up: even its first token follows accepted ones
+            self.later.observe(confirmed, went_wrong=bool(wrong.size))
+        elif first_right:
             self.later.observe(confirmed - 1, went_wrong=bool(wrong.size))
         self._rest = draft_tokens[len(emitted):] if not wrong.size else draft_tokens[:0]
         self._run = self._run + confirmed if run and not wrong.size else confirmed if not wrong.size else 0
