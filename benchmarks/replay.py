@@ -159,6 +159,7 @@ def main() -> None:
         cost = engine.pass_cost_store.load()
         if cost is None:
             raise SystemExit(f"no stored pass-cost table for {args.config}'s target: run `specframe calibrate` first")
+        cost.confirmed = True     # no pass runs here that could confirm it: the passes are priced by it as it is
         n_max = engine.config.speculative.n_max
         prompts = {w.name: (w.prompt, w.max_tokens) for w in workloads(args.workload)} | stdlib_prompts(args.stdlib)
         sets = drafter_sets(engine, args.drafters)

@@ -61,7 +61,8 @@ class Calibration:
         with self.store.locked():   # another process starting at the same time measures once
             stored = None if cost.stale else self.store.load()
             if stored is not None and stored.covers(sizes):
-                PassCost.__init__(cost, stored.measured, measured_at=stored.measured_at, other_load=stored.other_load)
+                PassCost.__init__(cost, stored.measured, measured_at=stored.measured_at, other_load=stored.other_load,
+                                  confirmed=stored.confirmed)
                 return
             if cost.stale:
                 log.info("measuring the pass costs again: %s", cost.stale_reason)

@@ -23,7 +23,7 @@ from specframe.drafting.gain import (
     expected_tokens,
     plain_rate,
 )
-from specframe.drafting.pass_cost import PassCost, others_busy
+from specframe.drafting.pass_cost import UNCONFIRMED_DRAFT, PassCost, others_busy
 
 RNG = np.random.default_rng(0)
 REFERENCE = RNG.integers(10, 1000, size=600).astype(np.int32)    # the target's greedy output
@@ -570,3 +570,20 @@ def test_drafts_held_back_that_carry_on_teach_the_tokens_after_an_accepted_one()
     draft = REFERENCE[12:28]
     record.score(draft, record.run_of(draft), 0, REFERENCE[12:13] + 1)   # it carries on, and goes wrong
     assert record.later.misses == pytest.approx(DECAY * misses + 1)
+
+
+def test_drafts_are_cut_short_until_a_stored_table_is_confirmed():
+    """A stored table is taken at its word for long drafts only once a pass over several tokens ran at its pace."""
+    cost = PassCost(XEON.measured, confirmed=False)    # as loaded from a file
+    chain = chain_of(Knowing(16), cost=cost)
+    lengths = []
+    n = PROMPT
+    chain.begin(REFERENCE[:PROMPT])
+    for _ in range(60):
+        draft = chain.draft(REFERENCE[:n], 16)
+        lengths.append(len(draft))
+        if len(lengths) == 40:
+            cost.observe(4, XEON.seconds(4))              # a pass over several tokens at the table's pace
+        chain.accept(len(draft), REFERENCE[n:n + len(draft) + 1])
+        n += len(draft) + 1
+    assert 0 < max(lengths[:40]) <= UNCONFIRMED_DRAFT and max(lengths[40:]) > UNCONFIRMED_DRAFT

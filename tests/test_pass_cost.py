@@ -160,6 +160,37 @@ def test_a_table_far_too_cheap_is_found_by_the_second_draft():
     assert cost.stale and "the last 2 passes over several tokens" in cost.stale_reason
 
 
+def stored(table: dict[int, float]) -> PassCost:
+    """``table`` as the engine loads it from a file: not confirmed by any pass of this process."""
+    return PassCost.from_json(PassCost(table, measured_at=time.time(), other_load=0.0).to_json())
+
+
+def test_a_stored_table_far_too_cheap_is_found_by_two_short_drafts():
+    """Until a pass over several tokens has run at its pace, a stored table lets drafts of at most
+    UNCONFIRMED_DRAFT tokens be verified: here two passes of 5 tokens (4.3 single passes each on this EPYC) find a
+    table that prices every pass like a single token's, where two longest drafts cost 28 single passes."""
+    real = seconds(EPYC)
+    cost = stored({n: real[1] for n in real})
+    assert not cost.confirmed and cost.draft_limit(16) == pass_cost.UNCONFIRMED_DRAFT == 4
+    for _ in range(2):
+        cost.observe(1 + cost.draft_limit(16), real[5])
+    assert cost.stale and not cost.confirmed
+
+
+def test_a_stored_table_is_confirmed_by_a_pass_over_several_tokens_at_its_pace():
+    real = seconds(EPYC)
+    cost = stored(real)
+    cost.observe(1, 1.1 * real[1])
+    assert not cost.confirmed                            # a single-token pass says nothing of the table's shape
+    cost.observe(5, 2.5 * real[5])
+    assert not cost.confirmed and not cost.stale         # one slow pass: neither confirmed nor stale
+    cost.observe(5, 1.2 * real[5])                       # loop passes run a little slower than measured ones
+    assert cost.confirmed and cost.draft_limit(16) == 16
+    measured = PassCost()
+    measured.calibrate(lambda n: EPYC[n] / 1000, range(1, 18))
+    assert measured.confirmed and measured.draft_limit(16) == 16
+
+
 def test_one_pass_much_faster_than_the_table_proves_it_wrong():
     """Noise only adds time: a table that says passes of 16 cost a third more than one did is too dear (the
     one-and-a-half k poison on a CPU where k tokens cost nearly k single passes), one a tenth more is not."""

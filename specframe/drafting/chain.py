@@ -179,6 +179,8 @@ class DrafterChain:
         """The draft to verify next (at most ``n_max`` tokens), or NO_DRAFT; ``share`` is what the rest of the
         pass that verifies it holds. ``expected`` is then the tokens it is expected to yield, with the pass's own."""
         self._candidates, self._chosen, self._share, self.expected = [], None, share, 1.0
+        if self.cost is not None:
+            n_max = self.cost.draft_limit(n_max)
         if n_max < self.n_min:
             return NO_DRAFT
         self.support.update(history)

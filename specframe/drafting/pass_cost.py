@@ -28,6 +28,11 @@ off. Hence:
   over sizes find a table that is too cheap within a few drafts even when every draft has another length. A table
   this process measured is not measured again for ``REMEASURE_AFTER_SECONDS`` (a size found faster in the loop
   takes the observed time meanwhile).
+- **Confirmation.** A stored table is not taken at its word for long drafts until a pass over several tokens has
+  run at its pace: until then drafts are cut to ``UNCONFIRMED_DRAFT`` tokens. A table that is right loses next to
+  nothing (the first drafts of a request are short while the drafters' estimates learn), and a table far too cheap
+  is found by two short passes instead of two of the longest drafts, a dozen single passes each on a CPU whose
+  batches cost nearly their tokens one by one.
 - **Ageing.** A stored table records when it was taken and under what load; after ``MAX_AGE_SECONDS`` it is
   measured again.
 """
@@ -66,6 +71,8 @@ DRIFT_WINDOW = 5                     # the last passes (any sizes, and single-to
 BATCH_WINDOW = 3                     # passes over several tokens in a row all this much slower than the pace: stale
 GROSS_BATCHES = 2                    # or this many all GROSS * DRIFT slower (the pace taken as the table's level
                                      # until a single-token pass is timed): a table too cheap for every draft
+UNCONFIRMED_DRAFT = 4                # the longest draft verified until a stored table is confirmed (EPYC: a pass
+                                     # of 5 tokens costs 4.3 single ones, of 17, 13.9)
 REMEASURE_AFTER_SECONDS = 300.0      # after a measurement here, no other for this long: one costs ~20 s of
                                      # every request's time, and a slowdown of every size alike changes no choice
 
@@ -108,8 +115,9 @@ class PassCost:
     """Seconds of one target pass by the number of tokens in it (sizes not measured are interpolated)."""
 
     def __init__(self, seconds: dict[int, float] | None = None, *, measured_at: float | None = None,
-                 other_load: float | None = None):
+                 other_load: float | None = None, confirmed: bool = True):
         self._seconds: dict[int, float] = dict(seconds or {})
+        self.confirmed = confirmed      # measured here, or a pass over several tokens has run at its pace
         self._each = np.empty(0)        # seconds() of every size from 0 on, filled by seconds_each
         self.measured_at = measured_at
         self.other_load = other_load
@@ -148,6 +156,10 @@ class PassCost:
         (a, b), (ta, tb) = near, (table[near[0]], table[near[1]])
         slope = max(0.0, (tb - ta) / (b - a))
         return max(0.0, tb + slope * (n_tokens - b)) if below else max(0.0, ta - slope * (a - n_tokens))
+
+    def draft_limit(self, n_max: int) -> int:
+        """The longest draft worth verifying now: ``n_max``, or UNCONFIRMED_DRAFT while the table is unconfirmed."""
+        return n_max if self.confirmed else min(n_max, UNCONFIRMED_DRAFT)
 
     def seconds_each(self, n_tokens: np.ndarray) -> np.ndarray:
         """``seconds`` of each size: the chain prices every length of every draft at every step, so the sizes are
@@ -199,6 +211,8 @@ class PassCost:
             self.stale_reason = _slow_batches(list(batches), pace, n_tokens, seconds, expected)
         elif len(gross) == GROSS_BATCHES and min(gross) > GROSS * DRIFT * pace:
             self.stale_reason = _slow_batches(gross, pace, n_tokens, seconds, expected)
+        elif n_tokens > 1 and ratio <= DRIFT * pace:
+            self.confirmed = True
 
     def _possible_entry(self, n_tokens: int, seconds: float) -> float:
         """``seconds`` for the entry of ``n_tokens``, moved as little as keeps the table possible (check_table): a
@@ -237,7 +251,7 @@ class PassCost:
         self._recent_single_ratios.clear()
         self._recent_batch_ratios.clear()
         self._measured_here = time.monotonic()
-        self.stale_reason = None
+        self.stale_reason, self.confirmed = None, True
 
     @staticmethod
     def _measure(run_pass: Callable[[int], float], sizes: list[int], repeat_size: bool) -> dict[int, float]:
@@ -280,7 +294,7 @@ class PassCost:
             raise PassCostError(f"measured {age / 86400:.1f} days ago")
         if other_load is not None and other_load > MAX_OTHER_LOAD:
             raise PassCostError(f"measured while other processes used {other_load:.2f} cores")
-        return cls(seconds, measured_at=measured_at, other_load=other_load)
+        return cls(seconds, measured_at=measured_at, other_load=other_load, confirmed=False)
 
 
 class PassCostStore:
