@@ -70,7 +70,9 @@ class Calibration:
             self.store.save(cost)
 
     def calibrate(self, sizes: list[int], reset: bool = False) -> PassCost:
-        """Have the table now, on an empty context (``reset``: measured again even when a stored one is good)."""
+        """Have the table now, on an empty context (``reset``: measured again even when a stored one is good). A
+        stored table is spot-checked (PassCost.spot_check) and measured again if found wrong: a server's slots
+        rarely run a pass over one sequence alone, the only pass that can confirm it later."""
         if reset:
             self.store.reset()
             forget_model_rates()     # the draft models' speeds on this machine are timed again too
@@ -79,11 +81,19 @@ class Calibration:
             self.cost.stale_reason = "asked to measure again"
         self.context.clear()
         self.ensure(sizes)
+        if not self.cost.confirmed:
+            self.cost.spot_check(self._pass_runner(max(sizes), 0, 0), min(max(sizes), DENSE_SIZES))
+            self.ensure(sizes)
         return self.cost
 
     def _measure(self, cost: PassCost, sizes: list[int], seq: int, n_past: int) -> None:
+        cost.calibrate(self._pass_runner(max(sizes), seq, n_past), sizes, repeat_size=self.context.model.offloaded)
+
+    def _pass_runner(self, largest: int, seq: int, n_past: int):
+        """``run_pass(n) -> seconds``: one pass over ``n`` filler tokens on sequence ``seq`` after its first
+        ``n_past`` positions, rolled back after."""
         ctx = self.context
-        filler = np.full(max(sizes), ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0, dtype=np.int32)
+        filler = np.full(largest, ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0, dtype=np.int32)
 
         def run_pass(n: int) -> float:
             start = time.perf_counter()
@@ -92,4 +102,4 @@ class Calibration:
             ctx.truncate(n_past, seq)
             return seconds
 
-        cost.calibrate(run_pass, sizes, repeat_size=ctx.model.offloaded)
+        return run_pass

@@ -354,6 +354,18 @@ def test_an_impossible_stored_table_is_measured_again_and_speculation_goes_on(en
     assert not stored.exists() or PassCost.from_json(stored.read_text()).seconds(2) < 1.0
 
 
+def test_a_stored_table_is_spot_checked_when_the_table_is_asked_for(engine_for):
+    """As a server asks for it before its first request, whose slots then seldom run the single-sequence passes that
+    could confirm it: a stored table that prices every pass over several tokens like 1.5 single passes a token
+    (possible, far too dear here) is found wrong by a few passes and measured again."""
+    engine = engine_for(speculative="adaptive = true")
+    poison(engine, {n: 0.01 * (1 if n == 1 else 1.5 * n) for n in range(1, 18)})
+    cost = engine.calibrate()
+    assert cost.confirmed and cost.seconds(17) < 0.1
+    stored = engine.pass_cost_store.path     # replaced, or deleted if the CPU was too busy to store the new one
+    assert not stored.exists() or PassCost.from_json(stored.read_text()).seconds(17) < 0.1
+
+
 def test_a_possible_but_wrong_table_heals_during_the_run(engine_for):
     engine = engine_for(DRAFTERS["prompt-lookup"], speculative="adaptive = true")
     poison(engine, {n: 0.5 + 0.01 * n for n in range(1, 18)})  # every pass half a second: off by a thousandfold

@@ -191,6 +191,20 @@ def test_a_stored_table_is_confirmed_by_a_pass_over_several_tokens_at_its_pace()
     assert measured.confirmed and measured.draft_limit(16) == 16
 
 
+@pytest.mark.parametrize("table, confirmed", [
+    (lambda real: real, True),                                        # right
+    (lambda real: {n: real[1] for n in real}, False),                 # far too cheap
+    (lambda real: {n: 1.5 * n * real[1] for n in real}, False),       # far too dear
+])
+def test_a_spot_check_confirms_a_right_table_and_finds_a_wrong_one_stale(table, confirmed):
+    real = seconds(EPYC)
+    timed = []
+    cost = stored(table(real))
+    cost.spot_check(lambda n: timed.append(n) or 1.1 * real[n], 17)
+    assert cost.confirmed == confirmed and cost.stale != confirmed
+    assert timed == [17] + [1, 17] * 3                                # a warm-up, then three rounds
+
+
 def test_one_pass_much_faster_than_the_table_proves_it_wrong():
     """Noise only adds time: a table that says passes of 16 cost a third more than one did is too dear (the
     one-and-a-half k poison on a CPU where k tokens cost nearly k single passes), one a tenth more is not."""
