@@ -82,7 +82,8 @@ class Calibration:
         self.context.clear()
         self.ensure(sizes)
         if not self.cost.confirmed:
-            self.cost.spot_check(self._pass_runner(max(sizes), 0, 0), min(max(sizes), DENSE_SIZES))
+            self.cost.spot_check(self._pass_runner(max(sizes), 0, 0), min(max(sizes), DENSE_SIZES),
+                                 repeat_size=self.context.model.offloaded)
             self.ensure(sizes)
         return self.cost
 

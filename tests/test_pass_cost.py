@@ -203,6 +203,9 @@ def test_a_spot_check_confirms_a_right_table_and_finds_a_wrong_one_stale(table, 
     cost.spot_check(lambda n: timed.append(n) or 1.1 * real[n], 17)
     assert cost.confirmed == confirmed and cost.stale != confirmed
     assert timed == [17] + [1, 17] * 3                                # a warm-up, then three rounds
+    timed.clear()
+    stored(table(real)).spot_check(lambda n: timed.append(n) or 1.1 * real[n], 17, repeat_size=True)
+    assert timed == [17] + [1, 1, 17, 17] * 3                         # a GPU's: each after one of its size
 
 
 def test_one_pass_much_faster_than_the_table_proves_it_wrong():

@@ -214,16 +214,23 @@ class PassCost:
         elif n_tokens > 1 and ratio <= DRIFT * pace:
             self.confirmed = True
 
-    def spot_check(self, run_pass: Callable[[int], float], n_tokens: int, rounds: int = 3) -> None:
-        """Time single-token passes and passes over ``n_tokens``, interleaved, ``rounds`` of each after a warm-up,
-        and observe them as the engine's passes are: the least single as the pace (noise only adds time, and one
-        slow single would make every batch look too fast), then each batch. A right table is confirmed, one far
-        off is found stale, in a second or two."""
+    def spot_check(self, run_pass: Callable[[int], float], n_tokens: int, *, repeat_size: bool = False,
+                   rounds: int = 3) -> None:
+        """Time single-token passes and passes over ``n_tokens``, interleaved, ``rounds`` of each after a warm-up
+        (``repeat_size`` as for ``calibrate``), and observe them as the engine's passes are: the least single as
+        the pace (noise only adds time, and one slow single would make every batch look too fast), then each
+        batch. A right table is confirmed, one far off is found stale, in a second or two."""
         run_pass(n_tokens)                                    # warm-up: first-touch costs are not a pass's cost
+
+        def timed(n: int) -> float:
+            if repeat_size:
+                run_pass(n)
+            return run_pass(n)
+
         singles, batches = [], []
         for _ in range(rounds):
-            singles.append(run_pass(1))
-            batches.append(run_pass(n_tokens))
+            singles.append(timed(1))
+            batches.append(timed(n_tokens))
         self.observe(1, min(singles))
         for seconds in batches:
             self.observe(n_tokens, seconds)
