@@ -78,6 +78,22 @@ def replay(chain, n_tokens=400, n_max=16):
     return seconds
 
 
+def draft_lengths(chain, steps, at=PROMPT, n_max=16):
+    """Drive the chain for ``steps`` steps from position ``at`` (begun there when it is the prompt's end), the target
+    emitting REFERENCE; return each step's draft length."""
+    if at == PROMPT:
+        chain.begin(REFERENCE[:PROMPT])
+    lengths = []
+    for _ in range(steps):
+        draft = chain.draft(REFERENCE[:at], n_max)
+        wrong = np.flatnonzero(draft.tokens != REFERENCE[at:at + len(draft)])
+        accepted = int(wrong[0]) if wrong.size else len(draft)
+        lengths.append(len(draft))
+        chain.accept(accepted, REFERENCE[at:at + accepted + 1])
+        at += accepted + 1
+    return lengths
+
+
 def plain_seconds(n_tokens=400):
     return n_tokens * XEON.seconds(1)
 
@@ -293,16 +309,7 @@ def test_a_table_that_holds_every_draft_back_is_tested_by_a_probe():
     poisoned file here) would keep speculation off for good; a probe verifies a likely draft now and then, and
     the engine hears what the pass really cost."""
     dear = PassCost({1: 0.030, 2: 0.09, 17: 0.765})
-    chain = chain_of(Knowing(16), cost=dear)
-    sizes = []
-    n = PROMPT
-    chain.begin(REFERENCE[:PROMPT])
-    for _ in range(40):
-        draft = chain.draft(REFERENCE[:n], 16)
-        sizes.append(len(draft))
-        chain.accept(len(draft), REFERENCE[n:n + len(draft) + 1])
-        n += len(draft) + 1
-    assert max(sizes) > 0
+    assert max(draft_lengths(chain_of(Knowing(16), cost=dear), 40)) > 0
 
 
 def test_a_draft_is_weighed_by_the_whole_pass_it_shares():
@@ -576,14 +583,7 @@ def test_drafts_are_cut_short_until_a_stored_table_is_confirmed():
     """A stored table is taken at its word for long drafts only once a pass over several tokens ran at its pace."""
     cost = PassCost(XEON.measured, confirmed=False)    # as loaded from a file
     chain = chain_of(Knowing(16), cost=cost)
-    lengths = []
-    n = PROMPT
-    chain.begin(REFERENCE[:PROMPT])
-    for _ in range(60):
-        draft = chain.draft(REFERENCE[:n], 16)
-        lengths.append(len(draft))
-        if len(lengths) == 40:
-            cost.observe(4, XEON.seconds(4))              # a pass over several tokens at the table's pace
-        chain.accept(len(draft), REFERENCE[n:n + len(draft) + 1])
-        n += len(draft) + 1
-    assert 0 < max(lengths[:40]) <= UNCONFIRMED_DRAFT and max(lengths[40:]) > UNCONFIRMED_DRAFT
+    before = draft_lengths(chain, 40)
+    cost.observe(4, XEON.seconds(4))                    # a pass over several tokens at the table's pace
+    after = draft_lengths(chain, 20, at=PROMPT + 40 + sum(before))
+    assert 0 < max(before) <= UNCONFIRMED_DRAFT and max(after) > UNCONFIRMED_DRAFT
