@@ -84,6 +84,14 @@ def _slow_batches(ratios: list[float], pace: float, n_tokens: int, seconds: floa
             f"against {expected * 1e3:.1f} ms)")
 
 
+def _timed(run_pass: Callable[[int], float], n_tokens: int, repeat_size: bool) -> float:
+    """One timed pass over ``n_tokens``; after an untimed one of its size with ``repeat_size`` (a GPU replays the
+    graph it captured for that size)."""
+    if repeat_size:
+        run_pass(n_tokens)
+    return run_pass(n_tokens)
+
+
 class PassCostError(ValueError):
     """A pass-cost table that cannot be true."""
 
@@ -221,16 +229,10 @@ class PassCost:
         the pace (noise only adds time, and one slow single would make every batch look too fast), then each
         batch. A right table is confirmed, one far off is found stale, in a second or two."""
         run_pass(n_tokens)                                    # warm-up: first-touch costs are not a pass's cost
-
-        def timed(n: int) -> float:
-            if repeat_size:
-                run_pass(n)
-            return run_pass(n)
-
         singles, batches = [], []
         for _ in range(rounds):
-            singles.append(timed(1))
-            batches.append(timed(n_tokens))
+            singles.append(_timed(run_pass, 1, repeat_size))
+            batches.append(_timed(run_pass, n_tokens, repeat_size))
         self.observe(1, min(singles))
         for seconds in batches:
             self.observe(n_tokens, seconds)
@@ -282,9 +284,7 @@ class PassCost:
             if not pending:
                 break
             for n in (pending if round_ % 2 == 0 else reversed(pending)):
-                if repeat_size:
-                    run_pass(n)
-                samples[n].append(run_pass(n))
+                samples[n].append(_timed(run_pass, n, repeat_size))
         return {n: _agreed(s) or min(s) for n, s in samples.items()}
 
     # --- storage ---------------------------------------------------------------------------------------------
