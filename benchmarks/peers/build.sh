@@ -8,8 +8,9 @@
 #
 #   benchmarks/peers/build.sh [--force] [--jobs N] [--cuda] [--tools-only]
 #
-# --cuda builds the tools for NVIDIA GPUs (the flags of ./build_llama.sh --cuda); --tools-only skips
-# llama-cpp-python.
+# --cuda builds the tools for NVIDIA GPUs (the flags of ./build_llama.sh --cuda); --tools-only builds llama.cpp's
+# tools alone (bin/), neither llama-server nor llama-cpp-python: each of those compiles ggml again, which for CUDA
+# takes minutes.
 #
 # Source: $LLAMA_CPP_DIR when set, otherwise the tree that ./build_llama.sh extracts into
 # ${SPECFRAME_CACHE:-${XDG_CACHE_HOME:-~/.cache}/specframe}/src/llama.cpp-0c1e570 (run here when it is missing).
@@ -82,7 +83,9 @@ fi
 # --- llama-server ---------------------------------------------------------------------------------------------
 # Built apart from the tools (the same flags plus the server's), so that adding it rebuilt nothing else; the UI is
 # left out (it would be fetched from the network) and is not measured.
-if [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/server/.complete" ]; then
+if [ "$TOOLS_ONLY" = 1 ]; then
+    say "--tools-only: llama-server is not built"
+elif [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/server/.complete" ]; then
     BUILD_DIR="$CACHE_DIR/peers/build-server-$KEY"
     say "building llama-server from $SRC_DIR (first time: about 10 minutes on 2 cores)"
     logged "$OUT_DIR/server-configure.log" "cmake configure (llama-server)" cmake -S "$SRC_DIR" -B "$BUILD_DIR" \

@@ -1,7 +1,8 @@
 """specframe against its peers on this machine: llama.cpp's own tools and llama-cpp-python (docs/design.md,
 performance method).
 
-    python benchmarks/peers/run.py [--repeat 3] [--workload NAME ...] [--only GROUP ...] [--max-tokens N]
+    python benchmarks/peers/run.py [--repeat 3] [--workload NAME ...] [--only GROUP ...] [--ngram-type TYPE ...]
+                                   [--max-tokens N] [--cuda] [--peers DIR]
                                    [--out benchmarks/RESULTS.md]
 
 GROUP: plain, draft-model, ngram, prompt-lookup (default: all). Builds the peers first when needed (build.sh), then
@@ -296,7 +297,8 @@ class LlamaCppPython:
 
 # --- the comparisons -----------------------------------------------------------------------------------------------
 
-def comparisons(groups: list[str], ours: Ours, cpp: LlamaCpp, lcp: LlamaCppPython) -> list[Comparison]:
+def comparisons(groups: list[str], ours: Ours, cpp: LlamaCpp, lcp: LlamaCppPython,
+                ngram_types: tuple[str, ...] = tuple(NGRAM_N_MAX)) -> list[Comparison]:
     found = []
     if "plain" in groups:
         found.append(Comparison(
@@ -317,7 +319,8 @@ def comparisons(groups: list[str], ours: Ours, cpp: LlamaCpp, lcp: LlamaCppPytho
                                   ours.both_modes("draft-model", drafter, DRAFT_MODEL["n_max"]), cpp, peer,
                                   f"`llama-speculative-simple {shown}`"))
     if "ngram" in groups:
-        for kind, n_max in NGRAM_N_MAX.items():
+        for kind in ngram_types:
+            n_max = NGRAM_N_MAX[kind]
             peer = ["--spec-type", kind]
             setup = f"`llama-speculative-simple --spec-type {kind}`"
             extra = []
@@ -619,6 +622,9 @@ def parse_args() -> argparse.Namespace:
                         "(default: all built-in)")
     parser.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS), metavar="GROUP",
                         help=f"comparisons to run: {', '.join(GROUPS)} (default: all)")
+    parser.add_argument("--ngram-type", nargs="+", choices=list(NGRAM_N_MAX), default=list(NGRAM_N_MAX),
+                        metavar="TYPE", help="the n-gram types the ngram group runs (default: all five; a GPU "
+                        "lease may afford fewer)")
     parser.add_argument("--max-tokens", type=int, help="token budget for every workload (default: each its own)")
     parser.add_argument("--cuda", action="store_true", help="every layer of both models on the GPU, against "
                         "llama.cpp's tools built for CUDA (needs ./build_llama.sh --cuda; no llama-cpp-python: "
@@ -650,7 +656,8 @@ def main() -> None:
         # flash attention: llama.cpp's default "auto" turns it on for the CPU; llama-cpp-python's default is off
         plan = comparisons(args.only, Ours(pathlib.Path(tmp), target, threads, gpu_layers),
                            LlamaCpp(peers_dir / "bin", target, draft, threads, gpu_layers),
-                           LlamaCppPython(peers_dir / "venv", target, threads, flash_attn=True))
+                           LlamaCppPython(peers_dir / "venv", target, threads, flash_attn=True),
+                           args.ngram_type)
         records = measure(plan, prompts, args.repeat)
     rows = summarize(plan, prompts, records)
     meta = {"command": " ".join(["python", *sys.argv]), "date": datetime.date.today().isoformat(),
