@@ -16,7 +16,6 @@ the table again (apart from decoding, as the engine reports it).
 """
 
 import argparse
-import json
 import os
 import pathlib
 import statistics
@@ -24,6 +23,7 @@ import tempfile
 import time
 
 from specframe.bench.workloads import workloads
+from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.llama import library_prefix
 from specframe.paths import models_dir
@@ -41,9 +41,7 @@ def poisons(clean: dict[int, float]) -> dict[str, dict[int, float]]:
 
 def store(engine: Engine, table: dict[int, float]) -> None:
     engine.pass_cost_store.path.parent.mkdir(parents=True, exist_ok=True)
-    engine.pass_cost_store.path.write_text(json.dumps(
-        {"version": 2, "measured_at": time.time(), "other_load": 0.0,
-         "seconds": {str(n): s for n, s in table.items()}}))
+    engine.pass_cost_store.path.write_text(PassCost(table, measured_at=time.time(), other_load=0.0).to_json())
 
 
 def main() -> None:

@@ -62,7 +62,7 @@ class Calibration:
             stored = None if cost.stale else self.store.load()
             if stored is not None and stored.covers(sizes):
                 PassCost.__init__(cost, stored.measured, measured_at=stored.measured_at, other_load=stored.other_load,
-                                  confirmed=stored.confirmed)
+                                  confirmed=stored.confirmed, gpu=stored.gpu)
                 return
             if cost.stale:
                 log.info("measuring the pass costs again: %s", cost.stale_reason)
@@ -83,12 +83,12 @@ class Calibration:
         self.ensure(sizes)
         if not self.cost.confirmed:
             self.cost.spot_check(self._pass_runner(max(sizes), 0, 0), min(max(sizes), DENSE_SIZES),
-                                 repeat_size=self.context.model.offloaded)
+                                 gpu=self.context.model.offloaded)
             self.ensure(sizes)
         return self.cost
 
     def _measure(self, cost: PassCost, sizes: list[int], seq: int, n_past: int) -> None:
-        cost.calibrate(self._pass_runner(max(sizes), seq, n_past), sizes, repeat_size=self.context.model.offloaded)
+        cost.calibrate(self._pass_runner(max(sizes), seq, n_past), sizes, gpu=self.context.model.offloaded)
 
     def _pass_runner(self, largest: int, seq: int, n_past: int):
         """``run_pass(n) -> seconds``: one pass over ``n`` filler tokens on sequence ``seq`` after its first

@@ -327,13 +327,10 @@ def test_a_draft_of_another_vocabulary_drafts_through_token_mapping(engine_for):
 
 def poison(engine, table: dict) -> None:
     """Store a pass-cost table for this engine's model, build and threads, as a file from an earlier run would."""
-    import json
     import time
 
     engine.pass_cost_store.path.parent.mkdir(parents=True, exist_ok=True)
-    seconds = {str(n): s for n, s in table.items()}
-    engine.pass_cost_store.path.write_text(json.dumps(
-        {"version": 2, "measured_at": time.time(), "other_load": 0.0, "seconds": seconds}))
+    engine.pass_cost_store.path.write_text(PassCost(table, measured_at=time.time(), other_load=0.0).to_json())
 
 
 def test_an_impossible_stored_table_is_measured_again_and_speculation_goes_on(engine_for):

@@ -367,7 +367,8 @@ returned = st.one_of(
 durations = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2**70, 2**70) | st.text(max_size=4) \
     | st.none() | st.lists(st.floats(), max_size=2)
 hostile_tables = st.fixed_dictionaries({
-    "version": st.sampled_from([FORMAT_VERSION, FORMAT_VERSION, 1, "2", None]),
+    "version": st.sampled_from([FORMAT_VERSION, FORMAT_VERSION, 2, "3", None]),
+    "gpu": st.sampled_from([False, False, True, 0, "yes", None]),
     "measured_at": st.sampled_from(["now", "now", "future", "old", "nan"]),
     "other_load": st.none() | st.floats(allow_nan=True, allow_infinity=True),
     "seconds": st.dictionaries(st.sampled_from(["1", "2", "4", "16", "17", "0", "-3", "x", "1e3", " 2"]), durations,
@@ -402,7 +403,7 @@ def test_stored_pass_cost_tables_are_loaded_only_when_they_can_be_true(content, 
             assert "\n" not in str(exc)
             event(f"refused: {str(exc).split(' (')[0].split(':')[0][:40]}")
         return
-    check_table(cost.measured)
+    check_table(cost.measured, cost.gpu)
     assert all(0 < cost.seconds(n) < 3600 for n in range(1, 65))
     event("loaded")
 

@@ -24,28 +24,65 @@ def test_interpolates_and_extrapolates_what_it_has_not_measured():
     assert PassCost().seconds(3) == pytest.approx(2.0)    # nothing measured: half a pass per extra token
 
 
-@pytest.mark.parametrize("repeat_size", [False, True])
-def test_calibration_warms_up_interleaves_and_ignores_a_disturbed_sample(repeat_size):
+def test_calibration_warms_up_interleaves_and_ignores_a_disturbed_sample():
     calls = []
-    timed = []
 
     def run_pass(n):
         calls.append(n)
-        untimed = len(calls) == 1 or (repeat_size and len(calls) % 2 == 0)    # the warm-up; the repeated size
-        if not untimed:
-            timed.append(n)
-        slowed = n == 8 and timed.count(8) == 2     # the second timed sample of size 8: another process ran
+        slowed = n == 8 and calls.count(8) == 2     # the second sample of size 8: another process ran
         return EPYC[n] / 1000 * (5.0 if slowed else 1.0)
 
     cost = PassCost()
-    cost.calibrate(run_pass, range(1, 18), repeat_size=repeat_size)
+    cost.calibrate(run_pass, range(1, 18))
     assert calls[0] == 17                                   # an untimed warm-up at the largest size first
-    if repeat_size:
-        assert calls[1::2] == calls[2::2]                   # each timed pass follows an untimed one of its size
-    rounds = calls[1::2] if repeat_size else calls[1:]
+    rounds = calls[1:]                                      # a CPU keeps no state between passes: all are timed
     assert rounds[:17] == list(range(1, 18)) and rounds[17:34] == list(range(17, 0, -1))   # interleaved
     assert len(rounds) == 34 + 1                            # a third round for the disturbed size only
     assert cost.measured == pytest.approx(seconds(EPYC))    # agreeing samples decide; the slowed one is ignored
+
+
+class GraphedGpu:
+    """llama.cpp's CUDA backend as the H200 showed it (Qwen2.5-Coder-1.5B, ms): a pass right after one of another
+    size runs directly, the second of a size in a row captures a graph, the third on replays it."""
+
+    REPLAYED_SINGLE = 1.7
+
+    def __init__(self):
+        self.last, self.in_a_row = 0, 0
+
+    @staticmethod
+    def direct(n: int) -> float:
+        return 4.7 if n == 1 else 6.3 + 0.1 * n
+
+    def run_pass(self, n: int) -> float:
+        self.in_a_row = self.in_a_row + 1 if n == self.last else 1
+        self.last = n
+        if self.in_a_row >= 3:
+            return (self.REPLAYED_SINGLE if n == 1 else 0.5 * self.direct(n)) / 1000
+        return (self.direct(n) + (1.0 if self.in_a_row == 2 else 0.0)) / 1000
+
+
+def test_a_gpu_is_timed_as_decoding_runs_it_and_its_table_kept():
+    """Plain decoding's single passes replay their graph; verification passes change size every step and run
+    directly. Timed so, a pass of 2 tokens costs 3.8 single ones: impossible on a CPU, the truth on this GPU."""
+    gpu = GraphedGpu()
+    cost = PassCost()
+    cost.calibrate(gpu.run_pass, range(1, 18), gpu=True)
+    assert cost.gpu and cost.measured[1] == pytest.approx(GraphedGpu.REPLAYED_SINGLE / 1000)
+    assert all(cost.measured[n] == pytest.approx(GraphedGpu.direct(n) / 1000) for n in range(2, 18))
+    with pytest.raises(PassCostError, match="more than 2 single-token passes"):
+        check_table(cost.measured)                          # a CPU's bound
+    check_table(cost.measured, gpu=True)
+    loaded = stored(cost.measured, gpu=True)
+    assert loaded.gpu and loaded.measured == cost.measured
+    loaded.spot_check(gpu.run_pass, 17, gpu=True)
+    assert loaded.confirmed and not loaded.stale
+    for n in [5, 1, 1, 17, 1, 9, 1, 1, 1, 1, 3, 1, 12, 1, 1] * 4:   # drafts now and then, in the loop
+        loaded.observe(n, gpu.run_pass(n))
+    assert not loaded.stale, loaded.stale_reason           # the singles after a draft run directly, as expected
+    captured = stored({**cost.measured, 1: (GraphedGpu.direct(1) + 1.0) / 1000}, gpu=True)
+    captured.spot_check(gpu.run_pass, 17, gpu=True)         # a single timed as it captured its graph: 3.4x dear
+    assert captured.stale and not captured.confirmed
 
 
 def test_impossible_tables_are_refused():
@@ -78,7 +115,8 @@ def test_stored_tables_round_trip_and_record_when_and_under_what_load(tmp_path, 
     store = PassCostStore(tmp_path, "key")
     store.save(cost)
     data = json.loads(store.path.read_text())
-    assert data["version"] == 2 and abs(data["measured_at"] - time.time()) < 60 and "other_load" in data
+    assert data["version"] == 3 and data["gpu"] is False and "other_load" in data
+    assert abs(data["measured_at"] - time.time()) < 60
     assert store.load().measured == cost.measured
     assert not list(tmp_path.glob(".*partial"))             # written through a temporary file, renamed
 
@@ -87,7 +125,8 @@ def test_stored_tables_round_trip_and_record_when_and_under_what_load(tmp_path, 
     (lambda d: d.update(measured_at=time.time() - pass_cost.MAX_AGE_SECONDS - 1), "old"),
     (lambda d: d.update(other_load=1.5), "under load"),
     (lambda d: d["seconds"].update({"1": 1e-9}), "impossible"),
-    (lambda d: d.update(version=1), "old format"),
+    (lambda d: d.update(version=2), "old format"),          # timed a GPU's passes unlike its decoding
+    (lambda d: d.update(gpu="no"), "malformed"),
     (lambda d: d.update(seconds="fast"), "malformed"),
 ])
 def test_a_stored_table_that_cannot_be_trusted_is_deleted(tmp_path, change, reason):
@@ -160,9 +199,9 @@ def test_a_table_far_too_cheap_is_found_by_the_second_draft():
     assert cost.stale and "the last 2 passes over several tokens" in cost.stale_reason
 
 
-def stored(table: dict[int, float]) -> PassCost:
+def stored(table: dict[int, float], gpu: bool = False) -> PassCost:
     """``table`` as the engine loads it from a file: not confirmed by any pass of this process."""
-    return PassCost.from_json(PassCost(table, measured_at=time.time(), other_load=0.0).to_json())
+    return PassCost.from_json(PassCost(table, measured_at=time.time(), other_load=0.0, gpu=gpu).to_json())
 
 
 def test_a_stored_table_far_too_cheap_is_found_by_two_short_drafts():
@@ -204,8 +243,8 @@ def test_a_spot_check_confirms_a_right_table_and_finds_a_wrong_one_stale(table, 
     assert cost.confirmed == confirmed and cost.stale != confirmed
     assert timed == [17] + [1, 17] * 3                                # a warm-up, then three rounds
     timed.clear()
-    stored(table(real)).spot_check(lambda n: timed.append(n) or 1.1 * real[n], 17, repeat_size=True)
-    assert timed == [17] + [1, 1, 17, 17] * 3                         # a GPU's: each after one of its size
+    stored(table(real)).spot_check(lambda n: timed.append(n) or 1.1 * real[n], 17, gpu=True)
+    assert timed == [17] + [1, 1, 1, 1, 17] * 3                       # a GPU's: as decoding runs them
 
 
 def test_one_pass_much_faster_than_the_table_proves_it_wrong():

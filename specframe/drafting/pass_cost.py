@@ -6,13 +6,18 @@ off. Hence:
 
 - **Calibration** times every size in interleaved rounds (forward, backward, forward...), after an untimed warm-up
   pass, and keeps for each size the least time of samples that agree (noise on a CPU only ever adds time). Sizes
-  whose samples disagree get more rounds. Where a GPU runs the model, each timed pass follows an untimed one of its
-  size, since in decoding it replays the graph it captured for that size; a CPU keeps no such state, and untimed
-  passes there would only double the stall of a measurement (50 s instead of 25 on a first-generation EPYC). The
-  other processes' CPU use during calibration is measured, and a table taken under load is used for the run but
-  not stored.
-- **Sanity bounds.** A pass over k tokens cannot cost less than one over a single token, nor (with slack) more
-  than k single passes. A table that breaks them is impossible: it is measured again, and never stored or loaded.
+  whose samples disagree get more rounds. Where a GPU runs the model, every pass is timed as decoding runs it:
+  llama.cpp (CUDA) runs a pass right after one of another size directly, captures a graph on the second pass of a
+  size in a row and replays it from the third. Plain decoding's single-token passes replay theirs (1.7 ms on an
+  H200 for the 1.5B Qwen, 4.7 ms when run directly), while verification passes change size from step to step and
+  run directly. So a single-token pass is timed third in a row, a bigger one right after a single-token pass. A
+  CPU keeps no such state, and untimed passes there would only double the stall of a measurement (50 s instead of
+  25 on a first-generation EPYC). The other processes' CPU use during calibration is measured, and a table taken
+  under load is used for the run but not stored.
+- **Sanity bounds.** A pass over k tokens cannot cost less than one over a single token, nor, on a CPU, more
+  (with slack) than k single passes; on a GPU it can (a pass of 2 tokens run directly costs 2.7 single passes
+  replayed from a graph on the H200). A table that breaks them is impossible: it is measured again, and never
+  stored or loaded.
 - **Healing.** The engine reports every pass it times, and the table is judged on its shape, not its level:
   the choices weigh passes against each other, so a machine that runs every size alike slower or faster (its pace
   drifts: a busy neighbour, another power state) changes none of them, and measuring again would stall every
@@ -55,7 +60,7 @@ from specframe.files import atomic_write, locked
 
 log = logging.getLogger("specframe.drafting")
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3                   # 3: records whether a GPU ran the passes, and times them as decoding does
 MAX_AGE_SECONDS = 7 * 24 * 3600      # a stored table is measured again after a week
 MAX_OTHER_LOAD = 0.25                # other processes' CPU use (in cores) above which a calibration is not stored
 LOAD_MIN_WALL_SECONDS = 0.25         # the shortest time over which that use can be told
@@ -84,11 +89,12 @@ def _slow_batches(ratios: list[float], pace: float, n_tokens: int, seconds: floa
             f"against {expected * 1e3:.1f} ms)")
 
 
-def _timed(run_pass: Callable[[int], float], n_tokens: int, repeat_size: bool) -> float:
-    """One timed pass over ``n_tokens``; after an untimed one of its size with ``repeat_size`` (a GPU replays the
-    graph it captured for that size)."""
-    if repeat_size:
-        run_pass(n_tokens)
+def _timed(run_pass: Callable[[int], float], n_tokens: int, gpu: bool) -> float:
+    """One timed pass over ``n_tokens`` as decoding runs it; on a ``gpu``, a single-token pass third in a row (its
+    graph replayed), a bigger one right after a single-token pass (run directly): see the module docstring."""
+    if gpu:
+        for _ in range(2 if n_tokens == 1 else 1):
+            run_pass(1)
     return run_pass(n_tokens)
 
 
@@ -96,8 +102,9 @@ class PassCostError(ValueError):
     """A pass-cost table that cannot be true."""
 
 
-def check_table(seconds: dict[int, float]) -> None:
-    """Raise PassCostError unless ``seconds`` (tokens -> seconds) is a possible table."""
+def check_table(seconds: dict[int, float], gpu: bool = False) -> None:
+    """Raise PassCostError unless ``seconds`` (tokens -> seconds) is a possible table (on a ``gpu``, with no
+    ceiling: see the module docstring)."""
     if 1 not in seconds:
         raise PassCostError("no cost for a single-token pass")
     for n, s in seconds.items():
@@ -108,23 +115,25 @@ def check_table(seconds: dict[int, float]) -> None:
         if s < FLOOR_SLACK * single:
             raise PassCostError(f"a pass of {n} tokens ({s * 1e3:.1f} ms) would cost less than one of a single "
                                 f"token ({single * 1e3:.1f} ms)")
-        if s > CEILING_SLACK * n * single:
+        if not gpu and s > CEILING_SLACK * n * single:
             raise PassCostError(f"a pass of {n} tokens ({s * 1e3:.1f} ms) would cost more than {n} single-token "
                                 f"passes ({single * 1e3:.1f} ms each)")
 
 
-def within_bounds(n_tokens: int, seconds: float, single: float) -> float:
+def within_bounds(n_tokens: int, seconds: float, single: float, gpu: bool = False) -> float:
     """``seconds`` for a pass of ``n_tokens``, moved as little as check_table's bounds require beside a single-token
     pass of ``single`` seconds."""
-    return min(max(seconds, FLOOR_SLACK * single), CEILING_SLACK * n_tokens * single)
+    floored = max(seconds, FLOOR_SLACK * single)
+    return floored if gpu else min(floored, CEILING_SLACK * n_tokens * single)
 
 
 class PassCost:
     """Seconds of one target pass by the number of tokens in it (sizes not measured are interpolated)."""
 
     def __init__(self, seconds: dict[int, float] | None = None, *, measured_at: float | None = None,
-                 other_load: float | None = None, confirmed: bool = True):
+                 other_load: float | None = None, confirmed: bool = True, gpu: bool = False):
         self._seconds: dict[int, float] = dict(seconds or {})
+        self.gpu = gpu                  # measured on a GPU, which replays captured graphs (the module docstring)
         self.confirmed = confirmed      # measured here, or a pass over several tokens has run at its pace
         self._each = np.empty(0)        # seconds() of every size from 0 on, filled by seconds_each
         self.measured_at = measured_at
@@ -132,6 +141,7 @@ class PassCost:
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
         self._recent_single_ratios: deque = deque(maxlen=DRIFT_WINDOW)     # the pace
         self._recent_batch_ratios: deque = deque(maxlen=BATCH_WINDOW)
+        self._last_size, self._in_a_row = 0, 0          # the last observed pass's size, and how many in a row
         self._measured_here: float | None = None        # monotonic time of this process's last measurement
         self.stale_reason: str | None = None
 
@@ -180,11 +190,20 @@ class PassCost:
     # --- healing ---------------------------------------------------------------------------------------------
 
     def observe(self, n_tokens: int, seconds: float) -> None:
-        """A pass the engine timed. A slower pass never changes the table (a warm-up pass, or one slowed by another
-        process, must not poison it); shortly after a measurement a much faster one takes its size's entry, and
-        otherwise observations only tell when the table has gone stale (see the module docstring). Noise only ever
-        adds time, so one pass much faster than the pace proves the table wrong, while slower ones must be slow
-        most of the last five."""
+        """A pass the engine timed, compared with the table (``_compare``) when it ran as the table has it: on a
+        GPU, the single-token passes that follow another size run directly, while the table has them replaying
+        their graph, which only the third in a row does."""
+        self._in_a_row = self._in_a_row + 1 if n_tokens == self._last_size else 1
+        self._last_size = n_tokens
+        if not (self.gpu and n_tokens == 1 and self._in_a_row < 3):
+            self._compare(n_tokens, seconds)
+
+    def _compare(self, n_tokens: int, seconds: float) -> None:
+        """A pass timed as the table has it. A slower pass never changes the table (a warm-up pass, or one slowed
+        by another process, must not poison it); shortly after a measurement a much faster one takes its size's
+        entry, and otherwise observations only tell when the table has gone stale (see the module docstring).
+        Noise only ever adds time, so one pass much faster than the pace proves the table wrong, while slower ones
+        must be slow most of the last five."""
         if n_tokens not in self._seconds or self.stale:
             return
         expected = self._seconds[n_tokens]
@@ -222,53 +241,54 @@ class PassCost:
         elif n_tokens > 1 and ratio <= DRIFT * pace:
             self.confirmed = True
 
-    def spot_check(self, run_pass: Callable[[int], float], n_tokens: int, *, repeat_size: bool = False,
+    def spot_check(self, run_pass: Callable[[int], float], n_tokens: int, *, gpu: bool = False,
                    rounds: int = 3) -> None:
         """Time single-token passes and passes over ``n_tokens``, interleaved, ``rounds`` of each after a warm-up
-        (``repeat_size`` as for ``calibrate``), and observe them as the engine's passes are: the least single as
+        (``gpu`` as for ``calibrate``), and observe them as the engine's passes are: the least single as
         the pace (noise only adds time, and one slow single would make every batch look too fast), then each
-        batch. A right table is confirmed, one far off is found stale, in a second or two."""
+        batch (timed as decoding runs them, so compared with the table whatever came before). A right table is
+        confirmed, one far off is found stale, in a second or two."""
         run_pass(n_tokens)                                    # warm-up: first-touch costs are not a pass's cost
         singles, batches = [], []
         for _ in range(rounds):
-            singles.append(_timed(run_pass, 1, repeat_size))
-            batches.append(_timed(run_pass, n_tokens, repeat_size))
-        self.observe(1, min(singles))
+            singles.append(_timed(run_pass, 1, gpu))
+            batches.append(_timed(run_pass, n_tokens, gpu))
+        self._compare(1, min(singles))
         for seconds in batches:
-            self.observe(n_tokens, seconds)
+            self._compare(n_tokens, seconds)
 
     def _possible_entry(self, n_tokens: int, seconds: float) -> float:
         """``seconds`` for the entry of ``n_tokens``, moved as little as keeps the table possible (check_table): a
         single pass observed fast must not make the table's dearer sizes cost more than their tokens one by one."""
         if n_tokens != 1:
-            return within_bounds(n_tokens, seconds, self._seconds[1])
+            return within_bounds(n_tokens, seconds, self._seconds[1], self.gpu)
         others = {n: s for n, s in self._seconds.items() if n != 1}
-        low = max((s / (CEILING_SLACK * n) for n, s in others.items()), default=0.0)
+        low = 0.0 if self.gpu else max((s / (CEILING_SLACK * n) for n, s in others.items()), default=0.0)
         high = min((s / FLOOR_SLACK for s in others.values()), default=seconds)
         return min(max(seconds, low), high)
 
     # --- calibration -----------------------------------------------------------------------------------------
 
-    def calibrate(self, run_pass: Callable[[int], float], sizes: Iterable[int], *, repeat_size: bool = False) -> None:
+    def calibrate(self, run_pass: Callable[[int], float], sizes: Iterable[int], *, gpu: bool = False) -> None:
         """Measure every size with ``run_pass(n) -> seconds`` and replace the table; see the module docstring
-        (``repeat_size``: time each pass after an untimed one of its size, for a GPU). A table measured impossible
+        (``gpu``: the model runs on a GPU, which replays captured graphs). A table measured impossible
         twice (a machine too busy to tell) is forced into the bounds, used for this run and not stored."""
         sizes = sorted(set(sizes) | {1})
         run_pass(max(sizes))                                  # warm-up: first-touch costs are not a pass's cost
         for attempt in range(2):
             before, started = cpu_times(), time.monotonic()
-            table = self._measure(run_pass, sizes, repeat_size)
+            table = self._measure(run_pass, sizes, gpu)
             self.other_load = other_load(before, cpu_times(), time.monotonic() - started)
             try:
-                check_table(table)
+                check_table(table, gpu)
                 break
             except PassCostError as exc:
                 log.warning("the measured pass costs are impossible (%s)%s", exc,
                             ": measuring again" if attempt == 0 else ": bounded, used for this run, not stored")
         else:
-            table = {n: within_bounds(n, s, table[1]) for n, s in table.items()}
+            table = {n: within_bounds(n, s, table[1], gpu) for n, s in table.items()}
             self.other_load = float("inf")
-        self.measured_at = time.time()
+        self.measured_at, self.gpu = time.time(), gpu
         self._seconds, self._each = table, self._each[:0]
         self._recent_ratios.clear()
         self._recent_single_ratios.clear()
@@ -277,14 +297,14 @@ class PassCost:
         self.stale_reason, self.confirmed = None, True
 
     @staticmethod
-    def _measure(run_pass: Callable[[int], float], sizes: list[int], repeat_size: bool) -> dict[int, float]:
+    def _measure(run_pass: Callable[[int], float], sizes: list[int], gpu: bool) -> dict[int, float]:
         samples: dict[int, list[float]] = {n: [] for n in sizes}
         for round_ in range(MAX_ROUNDS):
             pending = [n for n in sizes if round_ < 2 or not _agreed(samples[n])]
             if not pending:
                 break
             for n in (pending if round_ % 2 == 0 else reversed(pending)):
-                samples[n].append(_timed(run_pass, n, repeat_size))
+                samples[n].append(_timed(run_pass, n, gpu))
         return {n: _agreed(s) or min(s) for n, s in samples.items()}
 
     # --- storage ---------------------------------------------------------------------------------------------
@@ -295,7 +315,7 @@ class PassCost:
 
     def to_json(self) -> str:
         return json.dumps({"version": FORMAT_VERSION, "measured_at": self.measured_at, "other_load": self.other_load,
-                           "seconds": {str(n): s for n, s in self.measured.items()}}, indent=1)
+                           "gpu": self.gpu, "seconds": {str(n): s for n, s in self.measured.items()}}, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "PassCost":
@@ -303,19 +323,22 @@ class PassCost:
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
-                raise PassCostError("not a version-2 pass-cost table")
+                raise PassCostError(f"not a version-{FORMAT_VERSION} pass-cost table")
             seconds = {int(n): float(s) for n, s in data["seconds"].items()}
             measured_at, other_load = float(data["measured_at"]), data.get("other_load")
             other_load = None if other_load is None else float(other_load)
+            gpu = data["gpu"]
+            if not isinstance(gpu, bool):
+                raise TypeError(f"gpu is {gpu!r}, not true or false")
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise PassCostError(f"unreadable ({type(exc).__name__}: {exc})") from None
-        check_table(seconds)
+        check_table(seconds, gpu)
         age = time.time() - measured_at
         if not 0 <= age <= MAX_AGE_SECONDS:
             raise PassCostError(f"measured {age / 86400:.1f} days ago")
         if other_load is not None and other_load > MAX_OTHER_LOAD:
             raise PassCostError(f"measured while other processes used {other_load:.2f} cores")
-        return cls(seconds, measured_at=measured_at, other_load=other_load, confirmed=False)
+        return cls(seconds, measured_at=measured_at, other_load=other_load, confirmed=False, gpu=gpu)
 
 
 class PassCostStore:
