@@ -506,8 +506,8 @@ def environment(peers_dir: pathlib.Path, threads: int, outputs: list[pathlib.Pat
             "cmake_flags": peer_flags, "libllama_flags_match": ours_flags == peer_flags,
             "libllama_prefix": str(library_prefix()), "llama_cpp_commit": build_info.get("commit"),
             "llama_cpp_python": build_info.get("llama-cpp-python"), "compiler": build_info.get("compiler"),
-            # a copy of the tree without its git history (a GPU machine) names its commit in SPECFRAME_COMMIT
-            "specframe_commit": commit.stdout.strip() or os.environ.get("SPECFRAME_COMMIT", "unknown"),
+            # a copy of the tree (a GPU machine) names its commit in SPECFRAME_COMMIT: its git state may be stale
+            "specframe_commit": os.environ.get("SPECFRAME_COMMIT") or commit.stdout.strip() or "unknown",
             "specframe_dirty": bool(dirty),
             "target": TARGET, "draft": DRAFT}
 
