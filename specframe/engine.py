@@ -259,10 +259,12 @@ class Engine:
         cost = self.calibration.cost
         pass_start = time.perf_counter()
         logits = self.context.decode_batch(segments)
-        if cost is not None and len(segments) == 1 and segments[0].n_logits:
+        if cost is not None:
             # The table times one sequence's verification pass; a pass over several is evaluated in parts (see
-            # Context), and one with a prompt chunk asks no logits for it: neither is comparable.
-            cost.observe(len(segments[0].tokens), time.perf_counter() - pass_start)
+            # Context), and one with a prompt chunk asks no logits for it: neither is comparable, yet each breaks a
+            # GPU's run of passes of one size.
+            cost.observe(sum(len(segment.tokens) for segment in segments), time.perf_counter() - pass_start,
+                         comparable=len(segments) == 1 and bool(segments[0].n_logits))
         layout = tuple((segment.seq, segment.start_pos, len(segment.tokens), segment.n_logits) for segment in segments)
         for mine, (segment, (s, owned), rows) in enumerate(zip(segments, owners, logits)):
             if segment.n_logits:

@@ -89,7 +89,7 @@ def test_a_long_draft_beside_a_single_token_is_verified_in_a_call_of_its_own(eng
     engine = engines(2, "adaptive = true")
     table = {n: 0.030 + 0.004 * n for n in range(1, 18)} | {16: 0.050, 34: 0.200}
     PassCost.__init__(engine.calibration.cost, table, measured_at=time.time(), other_load=0.0)
-    monkeypatch.setattr(PassCost, "observe", lambda *_: None)      # this model's passes are not those of the table
+    monkeypatch.setattr(PassCost, "observe", lambda *_, **__: None)  # this model's passes are not the table's
     prompts = [engine.prompt_tokens(p, raw=True) for p in PROMPTS[:2]]
     plain = [engine.generate(p, speculative=False, max_tokens=60).tokens for p in prompts]
     calls = []

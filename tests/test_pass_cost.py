@@ -77,9 +77,9 @@ def test_a_gpu_is_timed_as_decoding_runs_it_and_its_table_kept():
     assert loaded.gpu and loaded.measured == cost.measured
     loaded.spot_check(gpu.run_pass, 17, gpu=True)
     assert loaded.confirmed and not loaded.stale
-    for n in [5, 1, 1, 17, 1, 9, 1, 1, 1, 1, 3, 1, 12, 1, 1] * 4:   # drafts now and then, in the loop
-        loaded.observe(n, gpu.run_pass(n))
-    assert not loaded.stale, loaded.stale_reason           # the singles after a draft run directly, as expected
+    for n in [5, 1, 1, 17, 1, 9, 1, 1, 1, 1, 3, 1, 12, 1, 1] * 4 + [-6, 1] * 6:   # drafts now and then, then
+        loaded.observe(abs(n), gpu.run_pass(abs(n)), comparable=n > 0)          # passes over two sequences
+    assert not loaded.stale, loaded.stale_reason           # the singles after another size run directly, as expected
     captured = stored({**cost.measured, 1: (GraphedGpu.direct(1) + 1.0) / 1000}, gpu=True)
     captured.spot_check(gpu.run_pass, 17, gpu=True)         # a single timed as it captured its graph: 3.4x dear
     assert captured.stale and not captured.confirmed

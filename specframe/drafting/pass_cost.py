@@ -189,13 +189,13 @@ class PassCost:
 
     # --- healing ---------------------------------------------------------------------------------------------
 
-    def observe(self, n_tokens: int, seconds: float) -> None:
-        """A pass the engine timed, compared with the table (``_compare``) when it ran as the table has it: on a
-        GPU, the single-token passes that follow another size run directly, while the table has them replaying
-        their graph, which only the third in a row does."""
+    def observe(self, n_tokens: int, seconds: float, comparable: bool = True) -> None:
+        """A pass the engine timed, compared with the table (``_compare``) when it is ``comparable`` (one
+        sequence's verification) and ran as the table has it: on a GPU, the single-token passes that follow another
+        size run directly, while the table has them replaying their graph, which only the third in a row does."""
         self._in_a_row = self._in_a_row + 1 if n_tokens == self._last_size else 1
         self._last_size = n_tokens
-        if not (self.gpu and n_tokens == 1 and self._in_a_row < 3):
+        if comparable and not (self.gpu and n_tokens == 1 and self._in_a_row < 3):
             self._compare(n_tokens, seconds)
 
     def _compare(self, n_tokens: int, seconds: float) -> None:
