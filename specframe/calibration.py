@@ -82,8 +82,7 @@ class Calibration:
         self.context.clear()
         self.ensure(sizes)
         if not self.cost.confirmed:
-            self.cost.spot_check(self._pass_runner(max(sizes), 0, 0), min(max(sizes), DENSE_SIZES),
-                                 gpu=self.context.model.offloaded)
+            self.cost.spot_check(self._pass_runner(max(sizes), 0, 0), min(max(sizes), DENSE_SIZES))
             self.ensure(sizes)
         return self.cost
 

@@ -75,13 +75,13 @@ def test_a_gpu_is_timed_as_decoding_runs_it_and_its_table_kept():
     check_table(cost.measured, gpu=True)
     loaded = stored(cost.measured, gpu=True)
     assert loaded.gpu and loaded.measured == cost.measured
-    loaded.spot_check(gpu.run_pass, 17, gpu=True)
+    loaded.spot_check(gpu.run_pass, 17)
     assert loaded.confirmed and not loaded.stale
     for n in [5, 1, 1, 17, 1, 9, 1, 1, 1, 1, 3, 1, 12, 1, 1] * 4 + [-6, 1] * 6:   # drafts now and then, then
         loaded.observe(abs(n), gpu.run_pass(abs(n)), comparable=n > 0)          # passes over two sequences
     assert not loaded.stale, loaded.stale_reason           # the singles after another size run directly, as expected
     captured = stored({**cost.measured, 1: (GraphedGpu.direct(1) + 1.0) / 1000}, gpu=True)
-    captured.spot_check(gpu.run_pass, 17, gpu=True)         # a single timed as it captured its graph: 3.4x dear
+    captured.spot_check(gpu.run_pass, 17)                   # a single timed as it captured its graph: 3.4x dear
     assert captured.stale and not captured.confirmed
 
 
@@ -243,7 +243,7 @@ def test_a_spot_check_confirms_a_right_table_and_finds_a_wrong_one_stale(table, 
     assert cost.confirmed == confirmed and cost.stale != confirmed
     assert timed == [17] + [1, 17] * 3                                # a warm-up, then three rounds
     timed.clear()
-    stored(table(real)).spot_check(lambda n: timed.append(n) or 1.1 * real[n], 17, gpu=True)
+    stored(table(real), gpu=True).spot_check(lambda n: timed.append(n) or 1.1 * real[n], 17)
     assert timed == [17] + [1, 1, 1, 1, 17] * 3                       # a GPU's: as decoding runs them
 
 

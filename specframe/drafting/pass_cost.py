@@ -241,18 +241,17 @@ class PassCost:
         elif n_tokens > 1 and ratio <= DRIFT * pace:
             self.confirmed = True
 
-    def spot_check(self, run_pass: Callable[[int], float], n_tokens: int, *, gpu: bool = False,
-                   rounds: int = 3) -> None:
+    def spot_check(self, run_pass: Callable[[int], float], n_tokens: int, *, rounds: int = 3) -> None:
         """Time single-token passes and passes over ``n_tokens``, interleaved, ``rounds`` of each after a warm-up
-        (``gpu`` as for ``calibrate``), and observe them as the engine's passes are: the least single as
+        (on a GPU table, as ``calibrate`` times them), and observe them as the engine's passes are: the least single as
         the pace (noise only adds time, and one slow single would make every batch look too fast), then each
         batch (timed as decoding runs them, so compared with the table whatever came before). A right table is
         confirmed, one far off is found stale, in a second or two."""
         run_pass(n_tokens)                                    # warm-up: first-touch costs are not a pass's cost
         singles, batches = [], []
         for _ in range(rounds):
-            singles.append(_timed(run_pass, 1, gpu))
-            batches.append(_timed(run_pass, n_tokens, gpu))
+            singles.append(_timed(run_pass, 1, self.gpu))
+            batches.append(_timed(run_pass, n_tokens, self.gpu))
         self._compare(1, min(singles))
         for seconds in batches:
             self._compare(n_tokens, seconds)
