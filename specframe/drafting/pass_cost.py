@@ -6,14 +6,15 @@ off. Hence:
 
 - **Calibration** times every size in interleaved rounds (forward, backward, forward...), after an untimed warm-up
   pass, and keeps for each size the least time of samples that agree (noise on a CPU only ever adds time). Sizes
-  whose samples disagree get more rounds. Where a GPU runs the model, every pass is timed as decoding runs it:
-  llama.cpp (CUDA) runs a pass right after one of another size directly, captures a graph on the second pass of a
-  size in a row and replays it from the third. Plain decoding's single-token passes replay theirs (1.7 ms on an
-  H200 for the 1.5B Qwen, 4.7 ms when run directly), while verification passes change size from step to step and
-  run directly. So a single-token pass is timed third in a row, a bigger one right after a single-token pass. A
-  CPU keeps no such state, and untimed passes there would only double the stall of a measurement (50 s instead of
-  25 on a first-generation EPYC). The other processes' CPU use during calibration is measured, and a table taken
-  under load is used for the run but not stored.
+  whose samples disagree get more rounds. Every pass is timed as decoding runs it, because llama.cpp keeps the
+  last pass's graph for the next of the same shape: a CPU is spared building it again (0.3 ms of the 1.5B Qwen's
+  34 ms on the EPYC, half of a tiny test model's pass), and the CUDA backend runs a pass right after one of another
+  size directly, captures a graph on the second of a size in a row and replays it from the third (1.7 ms on an
+  H200 for the 1.5B Qwen, 4.7 ms run directly). Plain decoding's single-token passes follow each other, while
+  verification passes change size from step to step. So a single-token pass is timed after one untimed single (two
+  on a GPU), a bigger one right after a single-token pass, and the engine's single-token passes are compared with the
+  table only when as many came just before them. The other processes' CPU use during calibration is measured, and a
+  table taken under load is used for the run but not stored.
 - **Sanity bounds.** A pass over k tokens cannot cost less than one over a single token, nor, on a CPU, more
   (with slack) than k single passes; on a GPU it can (a pass of 2 tokens run directly costs 2.7 single passes
   replayed from a graph on the H200). A table that breaks them is impossible: it is measured again, and never
@@ -89,12 +90,17 @@ def _slow_batches(ratios: list[float], pace: float, n_tokens: int, seconds: floa
             f"against {expected * 1e3:.1f} ms)")
 
 
+def _warm_singles(gpu: bool) -> int:
+    """Single-token passes in a row before the next one runs as plain decoding's do: its graph reused on a CPU,
+    replayed on a GPU (see the module docstring)."""
+    return 2 if gpu else 1
+
+
 def _timed(run_pass: Callable[[int], float], n_tokens: int, gpu: bool) -> float:
-    """One timed pass over ``n_tokens`` as decoding runs it; on a ``gpu``, a single-token pass third in a row (its
-    graph replayed), a bigger one right after a single-token pass (run directly): see the module docstring."""
-    if gpu:
-        for _ in range(2 if n_tokens == 1 else 1):
-            run_pass(1)
+    """One timed pass over ``n_tokens`` as decoding runs it: a single-token pass after _warm_singles untimed ones, a
+    bigger one right after a single-token pass (its graph built anew, or on a GPU run directly)."""
+    for _ in range(_warm_singles(gpu) if n_tokens == 1 else 1):
+        run_pass(1)
     return run_pass(n_tokens)
 
 
@@ -191,11 +197,11 @@ class PassCost:
 
     def observe(self, n_tokens: int, seconds: float, comparable: bool = True) -> None:
         """A pass the engine timed, compared with the table (``_compare``) when it is ``comparable`` (one
-        sequence's verification) and ran as the table has it: on a GPU, the single-token passes that follow another
-        size run directly, while the table has them replaying their graph, which only the third in a row does."""
+        sequence's verification) and ran as the table has it: a single-token pass right after one of another size
+        builds its graph anew (on a GPU, runs directly), while the table has it reusing the last one's."""
         self._in_a_row = self._in_a_row + 1 if n_tokens == self._last_size else 1
         self._last_size = n_tokens
-        if comparable and not (self.gpu and n_tokens == 1 and self._in_a_row < 3):
+        if comparable and not (n_tokens == 1 and self._in_a_row <= _warm_singles(self.gpu)):
             self._compare(n_tokens, seconds)
 
     def _compare(self, n_tokens: int, seconds: float) -> None:
