@@ -278,6 +278,29 @@ def test_a_spot_check_confirms_a_right_table_and_finds_a_wrong_one_stale(table, 
     assert timed == [17] + [1, 1, 1, 1, 17] * 3                       # a GPU's: a single-token pass third in a row
 
 
+def test_a_spot_check_of_passes_under_a_millisecond_times_enough_of_them():
+    """A tiny model's single-token pass takes 0.06 ms on a CPU, and the first passes of a process run slower: three
+    rounds fell among them, the singles at 1.3 times the table against batches at its cost, and a right table looked
+    stale (CI). Timed for a tenth of a second, the right table is confirmed and a far too cheap one still found."""
+    real = {n: (0.04 + 0.02 * n) / 1000 for n in range(1, 18)}
+
+    def new_process():
+        passes: list[int] = []
+
+        def run_pass(n: int) -> float:
+            passes.append(n)
+            return real[n] * (1.3 if n == 1 and len(passes) < 16 else 1.0)
+
+        return run_pass, passes
+
+    for table, confirmed in ((real, True), (half_priced_batches(real).measured, False)):
+        run_pass, passes = new_process()
+        cost = stored(table)
+        cost.spot_check(run_pass, 17)
+        assert cost.confirmed == confirmed and cost.stale != confirmed, cost.stale_reason
+        assert len(passes) == 1 + 4 * pass_cost.MAX_SPOT_CHECK_ROUNDS      # 0.04 s of passes in as many rounds
+
+
 def test_one_pass_much_faster_than_the_table_proves_it_wrong():
     """Noise only adds time: a table that says passes of 16 cost a third more than one did is too dear (the
     one-and-a-half k poison on a CPU where k tokens cost nearly k single passes), one a tenth more is not."""

@@ -79,6 +79,9 @@ GROSS_BATCHES = 2                    # or this many all GROSS * DRIFT slower (th
                                      # until a single-token pass is timed): a table too cheap for every draft
 UNCONFIRMED_DRAFT = 4                # the longest draft verified until a stored table is confirmed (EPYC: a pass
                                      # of 5 tokens costs 4.3 single ones, of 17, 13.9)
+SPOT_CHECK_SECONDS = 0.1             # a spot check times passes for at least this long (the 1.5B on a CPU: its
+MAX_SPOT_CHECK_ROUNDS = 100          # three rounds take 1.7 s; a tiny model's single pass 0.06 ms), in at most this
+                                     # many rounds
 REMEASURE_AFTER_SECONDS = 300.0      # after a measurement here, no other for this long: one costs ~20 s of
                                      # every request's time, and a slowdown of every size alike changes no choice
 
@@ -248,18 +251,21 @@ class PassCost:
             self.confirmed = True
 
     def spot_check(self, run_pass: Callable[[int], float], n_tokens: int, *, rounds: int = 3) -> None:
-        """Time single-token passes and passes over ``n_tokens``, interleaved, ``rounds`` of each after a warm-up
-        (on a GPU table, as ``calibrate`` times them), and observe them as the engine's passes are: the least single as
-        the pace (noise only adds time, and one slow single would make every batch look too fast), then each
-        batch (timed as decoding runs them, so compared with the table whatever came before). A right table is
-        confirmed, one far off is found stale, in a second or two."""
+        """Time single-token passes and passes over ``n_tokens``, interleaved, as ``calibrate`` times them, after a
+        warm-up: at least ``rounds`` of each, and more while the timed passes add up to under SPOT_CHECK_SECONDS (a
+        tiny model's, or a GPU's, passes take a millisecond or less, and the first ones in a process run slower).
+        Then observe them as the engine's passes are: the least single as the pace (noise only adds time, and one
+        slow single would make every batch look too fast), then each of the last ``rounds`` batches (the warmest).
+        A right table is confirmed, one far off is found stale, in a second or two."""
         run_pass(n_tokens)                                    # warm-up: first-touch costs are not a pass's cost
-        singles, batches = [], []
-        for _ in range(rounds):
+        singles: list[float] = []
+        batches: list[float] = []
+        while len(batches) < rounds or (sum(singles) + sum(batches) < SPOT_CHECK_SECONDS
+                                        and len(batches) < MAX_SPOT_CHECK_ROUNDS):
             singles.append(_timed(run_pass, 1, self.gpu))
             batches.append(_timed(run_pass, n_tokens, self.gpu))
         self._compare(1, min(singles))
-        for seconds in batches:
+        for seconds in batches[-rounds:]:
             self._compare(n_tokens, seconds)
 
     def _possible_entry(self, n_tokens: int, seconds: float) -> float:
