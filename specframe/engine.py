@@ -262,7 +262,7 @@ class Engine:
         if cost is not None:
             # The table times one sequence's verification pass; a pass over several is evaluated in parts (see
             # Context), and one with a prompt chunk asks no logits for it: neither is comparable, yet each breaks a
-            # GPU's run of passes of one size.
+            # run of passes of one size (whose graph llama.cpp reuses, and a GPU replays).
             cost.observe(sum(len(segment.tokens) for segment in segments), time.perf_counter() - pass_start,
                          comparable=len(segments) == 1 and bool(segments[0].n_logits))
         layout = tuple((segment.seq, segment.start_pos, len(segment.tokens), segment.n_logits) for segment in segments)

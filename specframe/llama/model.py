@@ -143,8 +143,8 @@ class Model(Handle):
 
     @property
     def offloaded(self) -> bool:
-        """Whether some of its layers run on a GPU (which, unlike a CPU, replays a graph it captured for passes of
-        one size in a row: pass_cost.py)."""
+        """Whether some of its layers run on a GPU (which replays a graph it captured for passes of one size in a
+        row, where a CPU only reuses the graph it built: pass_cost.py)."""
         settings = self.settings
         return settings.n_gpu_layers != 0 and settings.device != [NO_DEVICE] and bool(_offload_devices())
 
