@@ -82,6 +82,13 @@ def median_ratio(table: PassCost, to: PassCost) -> float:
     return statistics.median(table.seconds(n) / to.seconds(n) for n in range(2, 18))
 
 
+def nearer_the_truth(table: PassCost, real: PassCost, poisoned: PassCost) -> bool:
+    """Whether ``table`` is nearer ``real`` than ``poisoned`` is, on the median over sizes (halfway taken on a log
+    scale: the poison is 2x where batches are cheap, but barely 1.2x where a pass over k tokens costs nearly k single
+    ones and the ceiling caps it)."""
+    return median_ratio(table, real) < median_ratio(poisoned, real) ** 0.5
+
+
 def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_config):
     """A stored table that says every pass costs twice what it does, up to 1.5 k single passes for k tokens
     (possible, so it loads, but no draft would pay): the next run verifies a likely draft anyway, sees the pass is
@@ -90,7 +97,8 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
     costs nearly k single ones, 1.5 k is hardly wrong. Compared with a run on the same healed table, not on the
     first measured one: where few drafts pay, as on a CPU whose batches cost nearly their tokens one by one, how many
     do swings with the noise of a measurement. Healing is judged on the median over sizes: one size measured again
-    on a busy CPU can come out half again its quiet cost.)"""
+    on a busy CPU can come out half again its quiet cost; and against how far the poison was from the first measured
+    table, which the ceiling can bring near it.)"""
     config = write_config("""
         [target]
         model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -110,9 +118,11 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
     with Engine.from_config(config) as engine:
         result = engine.generate(prompt, max_tokens=200)
         healed = engine.pass_cost
-        assert result.stats.calibration_seconds > 0 and median_ratio(healed, poisoned) < 0.75, healed.measured
+        assert result.stats.calibration_seconds > 0 and nearer_the_truth(healed, real, poisoned), \
+            (median_ratio(healed, real), median_ratio(poisoned, real), healed.measured)
         stored = engine.pass_cost_store.load()      # the healed table, or none where the CPU was too busy to store it
-        assert stored is None or median_ratio(stored, poisoned) < 0.75, stored.measured
+        assert stored is None or nearer_the_truth(stored, real, poisoned), \
+            (median_ratio(stored, real), median_ratio(poisoned, real), stored.measured)
         # stored as measured without load, so that the next engine uses it whatever this CPU's load was
         engine.pass_cost_store.path.write_text(PassCost(healed.measured, measured_at=time.time(),
                                                         other_load=0.0).to_json())
