@@ -82,9 +82,17 @@ class Calibration:
         self.context.clear()
         self.ensure(sizes)
         if not self.cost.confirmed:
-            self.cost.spot_check(self._pass_runner(max(sizes), 0, 0), min(max(sizes), DENSE_SIZES))
+            self.cost.spot_check(self._pass_runner(max(sizes), 0, 0), [min(max(sizes), DENSE_SIZES)])
             self.ensure(sizes)
         return self.cost
+
+    def heal(self, sizes: list[int], seq: int, n_past: int) -> None:
+        """``ensure``, but a table the loop found stale is first spot-checked on sequence ``seq`` after ``n_past``
+        positions, and measured again only if that finds it stale too (PassCost.recheck)."""
+        cost = self.cost
+        if cost is not None and cost.stale:
+            cost.recheck(self._pass_runner(max(sizes), seq, n_past), min(max(sizes), DENSE_SIZES))
+        self.ensure(sizes, seq, n_past)
 
     def _measure(self, cost: PassCost, sizes: list[int], seq: int, n_past: int) -> None:
         cost.calibrate(self._pass_runner(max(sizes), seq, n_past), sizes, gpu=self.context.model.offloaded)

@@ -211,7 +211,7 @@ class Engine:
         reading = [s for s in ordered if s.stop_reason is None and not s.generating]
         cost = self.calibration.cost
         if cost is not None and cost.stale and any(s.chain is not None for s in generating):
-            self._measure_again(generating)
+            self._heal_pass_cost(generating)
         # The batch: each generating sequence's last token and draft, then prompt chunks. Prompts get what drafts
         # at their longest leave, and at least half the room, so that no prompt waits for long generations.
         room = ctx.n_batch - len(generating)
@@ -295,7 +295,7 @@ class Engine:
         """The prompt is in: drafters see it, and generation starts."""
         if s.chain is not None:
             if self.calibration.cost is not None:
-                self.calibration.ensure(self._pass_sizes(s.n_past), s.seq, s.n_past)
+                self.calibration.heal(self._pass_sizes(s.n_past), s.seq, s.n_past)
             # Drafters sample (and give their distributions) only where rejection sampling will use them.
             s.chain.begin(s.history, None if s.sampler.greedy or s.acceptance == "match" else s.sampler.params)
         s.start_generating()
@@ -304,11 +304,12 @@ class Engine:
         room = min(self.context.n_batch, self.context.n_ctx - n_past)
         return Calibration.sizes(self.config.speculative.n_max, self.slots, room)
 
-    def _measure_again(self, generating: list[Sequence]) -> None:
-        """The table went stale: measure it again on the first sequence's memory; the time is not decoding's."""
+    def _heal_pass_cost(self, generating: list[Sequence]) -> None:
+        """The table went stale: check it, and measure it again if need be, on the first sequence's memory; the
+        time is not decoding's."""
         first = generating[0]
         start = time.perf_counter()
-        self.calibration.ensure(self._pass_sizes(first.n_past), first.seq, first.n_past)
+        self.calibration.heal(self._pass_sizes(first.n_past), first.seq, first.n_past)
         for s in generating:
             s.stats.calibration_seconds += time.perf_counter() - start
 

@@ -363,6 +363,29 @@ def test_a_stored_table_is_spot_checked_when_the_table_is_asked_for(engine_for):
     assert not stored.exists() or PassCost.from_json(stored.read_text()).seconds(17) < 0.1
 
 
+def test_a_table_the_loop_found_stale_is_spot_checked_and_kept_not_measured_again(engine_for, monkeypatch, caplog):
+    """Loop passes that looked off (a few batches at 1.6 times the table after this engine measured it) leave the
+    table stale; the next request spot-checks it on its own passes instead of spending seconds measuring it again,
+    and keeps it. (The spot check's verdict on passes of a tenth of a millisecond is set aside, as test_cli does:
+    its margins are test_pass_cost's subject; this one's is that the engine checks before it measures.)"""
+    from specframe.drafting import pass_cost
+
+    engine = engine_for(DRAFTERS["prompt-lookup"], speculative="adaptive = true")
+    cost = engine.calibrate()
+    measured_at, table = cost.measured_at, cost.measured
+    monkeypatch.setattr(pass_cost, "REMEASURE_AFTER_SECONDS", 0.0)     # judged by the loop at once
+    for n in (1, 1, 1, 16, 9, 4, 12, 8):
+        cost.observe(n, cost.seconds(n) * (1.0 if n == 1 else 1.6))
+    assert cost.stale
+    for margin in ("FASTER", "DRIFT", "GROSS"):
+        monkeypatch.setattr(pass_cost, margin, 1e3)
+    with caplog.at_level("INFO", logger="specframe.drafting"):
+        engine.generate(PROMPT, raw=True)
+    assert engine.pass_cost is cost and not cost.stale
+    assert cost.measured_at == measured_at and cost.measured == table      # kept, not measured again
+    assert any("kept the pass costs: a spot check of 9/16 token(s)" in r.getMessage() for r in caplog.records)
+
+
 def test_a_possible_but_wrong_table_heals_during_the_run(engine_for):
     engine = engine_for(DRAFTERS["prompt-lookup"], speculative="adaptive = true")
     poison(engine, {n: 0.5 + 0.01 * n for n in range(1, 18)})  # every pass half a second: off by a thousandfold

@@ -31,9 +31,13 @@ off. Hence:
   recent single's ratio, the shape is wrong (a poisoned file, a table taken under another load) and the engine
   measures it again; so it does when the pace itself is off by more than ``GROSS``, which no drift of an idle machine
   explains. Until a single-token pass is timed against the table, its own level stands for the pace. Ratios pooled
-  over sizes find a table that is too cheap within a few drafts even when every draft has another length. A table
-  this process measured is not measured again for ``REMEASURE_AFTER_SECONDS`` (a size found faster in the loop
-  takes the observed time meanwhile).
+  over sizes find a table that is too cheap within a few drafts even when every draft has another length. The
+  loop's passes run among drafters' work, other sequences' and other processes', so a few slow ones can pass for a
+  wrong shape (seen on the idle EPYC: five passes at 1.36 times the table, singles at 0.9, once in a dozen requests):
+  a table the loop finds stale is first spot-checked as calibration times passes, over the sizes the loop found
+  off (a second or so, where measuring it again costs the request ~20 s), and measured again only if that finds it
+  stale too (``recheck``). A table this process measured, or spot-checked and kept, is not judged again for
+  ``REMEASURE_AFTER_SECONDS`` (a size found faster in the loop takes the observed time meanwhile).
 - **Confirmation.** A stored table is not taken at its word for long drafts until a pass over several tokens has
   run at its pace: until then drafts are cut to ``UNCONFIRMED_DRAFT`` tokens. A table that is right loses next to
   nothing (the first drafts of a request are short while the drafters' estimates learn), and a table far too cheap
@@ -53,7 +57,7 @@ import pathlib
 import statistics
 import time
 from collections import deque
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -148,10 +152,11 @@ class PassCost:
         self.measured_at = measured_at
         self.other_load = other_load
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
+        self._recent_sizes: deque = deque(maxlen=DRIFT_WINDOW)             # the sizes of those passes
         self._recent_single_ratios: deque = deque(maxlen=DRIFT_WINDOW)     # the pace
         self._recent_batch_ratios: deque = deque(maxlen=BATCH_WINDOW)
         self._last_size, self._in_a_row = 0, 0          # the last observed pass's size, and how many in a row
-        self._measured_here: float | None = None        # monotonic time of this process's last measurement
+        self._trusted_since: float | None = None        # monotonic time this process last measured it or kept it
         self.stale_reason: str | None = None
 
     @property
@@ -218,9 +223,10 @@ class PassCost:
         expected = self._seconds[n_tokens]
         ratio = seconds / expected
         self._recent_ratios.append(ratio)
+        self._recent_sizes.append(n_tokens)
         (self._recent_single_ratios if n_tokens == 1 else self._recent_batch_ratios).append(ratio)
-        lately = (self._measured_here is not None
-                  and time.monotonic() - self._measured_here < REMEASURE_AFTER_SECONDS)
+        lately = (self._trusted_since is not None
+                  and time.monotonic() - self._trusted_since < REMEASURE_AFTER_SECONDS)
         if seconds * FASTER < expected and lately:
             # measured lately, yet this size runs faster in the loop (a GPU replays a captured graph): noise never
             # makes a pass faster
@@ -250,23 +256,44 @@ class PassCost:
         elif n_tokens > 1 and ratio <= DRIFT * pace:
             self.confirmed = True
 
-    def spot_check(self, run_pass: Callable[[int], float], n_tokens: int, *, rounds: int = 3) -> None:
-        """Time single-token passes and passes over ``n_tokens``, interleaved, as ``calibrate`` times them, after a
-        warm-up: at least ``rounds`` of each, and more while the timed passes add up to under SPOT_CHECK_SECONDS (a
-        tiny model's, or a GPU's, passes take a millisecond or less, and the first ones in a process run slower).
-        Then observe them as the engine's passes are: the least single as the pace (noise only adds time, and one
-        slow single would make every batch look too fast), then each of the last ``rounds`` batches (the warmest).
-        A right table is confirmed, one far off is found stale, in a second or two."""
-        run_pass(n_tokens)                                    # warm-up: first-touch costs are not a pass's cost
+    def spot_check(self, run_pass: Callable[[int], float], sizes: Sequence[int], *, rounds: int = 3) -> None:
+        """Time single-token passes and passes over each of ``sizes``, interleaved, as ``calibrate`` times them,
+        after a warm-up: at least ``rounds`` of each, and more while the timed passes add up to under
+        SPOT_CHECK_SECONDS (a tiny model's, or a GPU's, passes take a millisecond or less, and the first ones in a
+        process run slower). Then observe them as the engine's passes are: the least single as the pace (noise only
+        adds time, and one slow single would make every batch look too fast), then the last ``rounds`` rounds' (the
+        warmest). A right table is confirmed, one far off is found stale, in a second or two."""
+        run_pass(max(sizes))                                  # warm-up: first-touch costs are not a pass's cost
         singles: list[float] = []
-        batches: list[float] = []
-        while len(batches) < rounds or (sum(singles) + sum(batches) < SPOT_CHECK_SECONDS
-                                        and len(batches) < MAX_SPOT_CHECK_ROUNDS):
+        timed: list[list[float]] = []                         # a round's time of each size
+        while len(timed) < rounds or (sum(singles) + sum(map(sum, timed)) < SPOT_CHECK_SECONDS
+                                      and len(timed) < MAX_SPOT_CHECK_ROUNDS):
             singles.append(_timed(run_pass, 1, self.gpu))
-            batches.append(_timed(run_pass, n_tokens, self.gpu))
+            timed.append([_timed(run_pass, n, self.gpu) for n in sizes])
         self._compare(1, min(singles))
-        for seconds in batches[-rounds:]:
-            self._compare(n_tokens, seconds)
+        for round_ in timed[-rounds:]:
+            for n, seconds in zip(sizes, round_):
+                self._compare(n, seconds)
+
+    def recheck(self, run_pass: Callable[[int], float], largest: int) -> None:
+        """The loop found the table stale: spot-check it over the two largest sizes the loop found off (else
+        ``largest``), and keep it, unjudged for REMEASURE_AFTER_SECONDS, if that finds it right; else it stays stale,
+        to be measured again (see the module docstring)."""
+        reason = self.stale_reason
+        sizes = sorted({n for n in self._recent_sizes if n > 1})[-2:] or [largest]
+        self.stale_reason = None
+        self._forget_observations()
+        self.spot_check(run_pass, sizes)
+        if self.stale:
+            self.stale_reason = f"{reason}, and a spot check found {self.stale_reason}"
+        else:
+            self._trusted_since = time.monotonic()
+            log.info("kept the pass costs: a spot check of %s token(s) found them right, though %s",
+                     "/".join(map(str, sizes)), reason)
+
+    def _forget_observations(self) -> None:
+        for recent in (self._recent_ratios, self._recent_sizes, self._recent_single_ratios, self._recent_batch_ratios):
+            recent.clear()
 
     def _possible_entry(self, n_tokens: int, seconds: float) -> float:
         """``seconds`` for the entry of ``n_tokens``, moved as little as keeps the table possible (check_table): a
@@ -301,10 +328,8 @@ class PassCost:
             self.other_load = float("inf")
         self.measured_at, self.gpu = time.time(), gpu
         self._seconds, self._each = table, self._each[:0]
-        self._recent_ratios.clear()
-        self._recent_single_ratios.clear()
-        self._recent_batch_ratios.clear()
-        self._measured_here = time.monotonic()
+        self._forget_observations()
+        self._trusted_since = time.monotonic()
         self.stale_reason, self.confirmed = None, True
 
     @staticmethod
