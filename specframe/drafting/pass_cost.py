@@ -34,8 +34,8 @@ off. Hence:
   over sizes find a table that is too cheap within a few drafts even when every draft has another length. The
   loop's passes run among drafters' work, other sequences' and other processes', so a few slow ones can pass for a
   wrong shape (seen on the idle EPYC: five passes at 1.36 times the table, singles at 0.9, once in a dozen requests):
-  a table the loop finds stale is first spot-checked as calibration times passes, over the sizes the loop found
-  off (a second or so, where measuring it again costs the request ~20 s), and measured again only if that finds it
+  a table the loop finds stale is first spot-checked as calibration times passes, over sizes the loop found off
+  (a second or so, where measuring it again costs the request ~20 s), and measured again only if that finds it
   stale too (``recheck``). A table this process measured, or spot-checked and kept, is not judged again for
   ``REMEASURE_AFTER_SECONDS`` (a size found faster in the loop takes the observed time meanwhile).
 - **Confirmation.** A stored table is not taken at its word for long drafts until a pass over several tokens has
@@ -152,9 +152,9 @@ class PassCost:
         self.measured_at = measured_at
         self.other_load = other_load
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
-        self._recent_sizes: deque = deque(maxlen=DRIFT_WINDOW)             # the sizes of those passes
         self._recent_single_ratios: deque = deque(maxlen=DRIFT_WINDOW)     # the pace
         self._recent_batch_ratios: deque = deque(maxlen=BATCH_WINDOW)
+        self._recent_batch_sizes: deque = deque(maxlen=BATCH_WINDOW)      # the sizes of those passes
         self._last_size, self._in_a_row = 0, 0          # the last observed pass's size, and how many in a row
         self._trusted_since: float | None = None        # monotonic time this process last measured it or kept it
         self.stale_reason: str | None = None
@@ -223,8 +223,9 @@ class PassCost:
         expected = self._seconds[n_tokens]
         ratio = seconds / expected
         self._recent_ratios.append(ratio)
-        self._recent_sizes.append(n_tokens)
         (self._recent_single_ratios if n_tokens == 1 else self._recent_batch_ratios).append(ratio)
+        if n_tokens > 1:
+            self._recent_batch_sizes.append(n_tokens)
         lately = (self._trusted_since is not None
                   and time.monotonic() - self._trusted_since < REMEASURE_AFTER_SECONDS)
         if seconds * FASTER < expected and lately:
@@ -276,11 +277,11 @@ class PassCost:
                 self._compare(n, seconds)
 
     def recheck(self, run_pass: Callable[[int], float], largest: int) -> None:
-        """The loop found the table stale: spot-check it over the two largest sizes the loop found off (else
-        ``largest``), and keep it, unjudged for REMEASURE_AFTER_SECONDS, if that finds it right; else it stays stale,
-        to be measured again (see the module docstring)."""
+        """The loop found the table stale: spot-check it over the two largest of the last few bigger sizes the loop
+        compared (else ``largest``), and keep it, unjudged for REMEASURE_AFTER_SECONDS, if that finds it right; else
+        it stays stale, to be measured again (see the module docstring)."""
         reason = self.stale_reason
-        sizes = sorted({n for n in self._recent_sizes if n > 1})[-2:] or [largest]
+        sizes = sorted(set(self._recent_batch_sizes))[-2:] or [largest]
         self.stale_reason = None
         self._forget_observations()
         self.spot_check(run_pass, sizes)
@@ -292,7 +293,8 @@ class PassCost:
                      "/".join(map(str, sizes)), reason)
 
     def _forget_observations(self) -> None:
-        for recent in (self._recent_ratios, self._recent_sizes, self._recent_single_ratios, self._recent_batch_ratios):
+        for recent in (self._recent_ratios, self._recent_single_ratios, self._recent_batch_ratios,
+                       self._recent_batch_sizes):
             recent.clear()
 
     def _possible_entry(self, n_tokens: int, seconds: float) -> float:
