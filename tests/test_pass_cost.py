@@ -278,6 +278,17 @@ def test_a_spot_check_confirms_a_right_table_and_finds_a_wrong_one_stale(table, 
     assert timed == [17] + [1, 1, 1, 1, 17] * 3                       # a GPU's: a single-token pass third in a row
 
 
+@pytest.mark.parametrize("pace", [0.3, 3.0])
+def test_a_spot_check_finds_a_table_off_in_level_stale(pace):
+    """A table with the right shape at a third, or three times, of what passes take: choices between drafts stand,
+    but a draft model's time is weighed against the target's, and a recheck of a table the loop found far off must
+    not keep it (the loop's own test of the level needs five passes, more than a spot check of one size gives)."""
+    real = seconds(EPYC)
+    cost = stored({n: pace * s for n, s in real.items()})
+    cost.spot_check(lambda n: real[n], [17])
+    assert cost.stale and "a spot check's passes took" in cost.stale_reason
+
+
 def test_a_spot_check_of_passes_under_a_millisecond_times_enough_of_them():
     """A tiny model's single-token pass takes 0.06 ms on a CPU, and the first passes of a process run slower: three
     rounds fell among them, the singles at 1.3 times the table against batches at its cost, and a right table looked

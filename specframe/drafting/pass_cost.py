@@ -275,6 +275,10 @@ class PassCost:
         for round_ in timed[-rounds:]:
             for n, seconds in zip(sizes, round_):
                 self._compare(n, seconds)
+        level = statistics.median(self._recent_ratios) if self._recent_ratios else 1.0
+        if not self.stale and not 1 / GROSS <= level <= GROSS:
+            # too few passes for the loop's test of the level, which the draft model's cost is weighed against
+            self.stale_reason = f"a spot check's passes took {level:.2f} times what the table says"
 
     def recheck(self, run_pass: Callable[[int], float], largest: int) -> None:
         """The loop found the table stale: spot-check it over the two largest of the last few bigger sizes the loop
