@@ -89,9 +89,9 @@ class Calibration:
     def heal(self, sizes: list[int], seq: int, n_past: int) -> None:
         """``ensure``, but a table the loop found stale is first spot-checked on sequence ``seq`` after ``n_past``
         positions, and measured again only if that finds it stale too (PassCost.recheck)."""
-        cost = self.cost
+        cost, largest = self.cost, max(sizes)
         if cost is not None and cost.stale:
-            cost.recheck(self._pass_runner(max(sizes), seq, n_past), min(max(sizes), DENSE_SIZES))
+            cost.recheck(self._pass_runner(largest, seq, n_past), min(largest, DENSE_SIZES), largest)
         self.ensure(sizes, seq, n_past)
 
     def _measure(self, cost: PassCost, sizes: list[int], seq: int, n_past: int) -> None:

@@ -416,9 +416,9 @@ def test_a_table_the_loop_finds_stale_is_kept_when_a_spot_check_finds_it_right(m
     loop_finds(cost, 1.6)
     assert cost.stale
     timed: list[int] = []
-    cost.recheck(lambda n: timed.append(n) or 1.05 * real[n], 17)
+    cost.recheck(lambda n: timed.append(n) or 1.05 * real[n], 17, 17)
     assert not cost.stale and cost.measured == real, cost.stale_reason
-    assert set(timed) == {1, 9, 16}           # the two largest sizes the loop compared (stale from the 9 on)
+    assert set(timed) == {1, 9, 16}           # the two largest sizes the loop compared (16, 9, 4: stale from the 4)
     loop_finds(cost, 1.6)
     assert not cost.stale
     clock[0] += pass_cost.REMEASURE_AFTER_SECONDS
@@ -434,8 +434,20 @@ def test_a_table_the_loop_finds_stale_and_a_spot_check_confirms_stays_stale():
                     measured_at=time.time(), other_load=0.0)
     loop_finds(cost, 0.5)
     assert cost.stale
-    cost.recheck(lambda n: real[n], 17)
+    cost.recheck(lambda n: real[n], 17, 17)
     assert cost.stale and "a spot check found" in cost.stale_reason, cost.stale_reason
+
+
+def test_a_recheck_times_only_sizes_the_context_has_room_for():
+    """Near the end of the context a pass over a size the loop ran earlier no longer fits: the pass runner would
+    time fewer tokens than the size says (and a pass that fast would look like a wrong table)."""
+    real = seconds(EPYC)
+    for room, fallback, checked in ((12, 3, {1, 4, 9}), (3, 3, {1, 3})):  # the loop ran 16, 9, 4 (stale from the 4)
+        cost = PassCost(real, measured_at=time.time(), other_load=0.0)
+        loop_finds(cost, 1.6)
+        timed: list[int] = []
+        cost.recheck(lambda n, timed=timed: timed.append(n) or real[n], fallback, room)
+        assert set(timed) == checked and not cost.stale, (room, timed, cost.stale_reason)
 
 
 def test_saving_a_table_deletes_tables_too_old_to_be_used(tmp_path):

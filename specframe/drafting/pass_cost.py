@@ -280,12 +280,13 @@ class PassCost:
             # too few passes for the loop's test of the level, which the draft model's cost is weighed against
             self.stale_reason = f"a spot check's passes took {level:.2f} times what the table says"
 
-    def recheck(self, run_pass: Callable[[int], float], largest: int) -> None:
+    def recheck(self, run_pass: Callable[[int], float], fallback: int, room: int) -> None:
         """The loop found the table stale: spot-check it over the two largest of the last few bigger sizes the loop
-        compared (else ``largest``), and keep it, unjudged for REMEASURE_AFTER_SECONDS, if that finds it right; else
-        it stays stale, to be measured again (see the module docstring)."""
+        compared that fit in ``room`` tokens now (else ``fallback``), and keep it, unjudged for
+        REMEASURE_AFTER_SECONDS, if that finds it right; else it stays stale, to be measured again (see the module
+        docstring)."""
         reason = self.stale_reason
-        sizes = sorted(set(self._recent_batch_sizes))[-2:] or [largest]
+        sizes = sorted({n for n in self._recent_batch_sizes if n <= room})[-2:] or [fallback]
         self.stale_reason = None
         self._forget_observations()
         self.spot_check(run_pass, sizes)
