@@ -336,14 +336,21 @@ def test_a_machine_whose_pace_drifts_alike_for_every_size_is_not_measured_again(
     assert not cost.stale, cost.stale_reason
 
 
+def loop_finds(cost: PassCost, batch_shape: float, pace: float = 1.0) -> None:
+    """The engine's passes as the loop times them on a machine at ``pace``: single-token ones as the table says,
+    bigger ones at ``batch_shape`` times it."""
+    real = seconds(EPYC)
+    for n in (1, 1, 1, 16, 9, 4, 12, 8):
+        cost.observe(n, pace * (1.0 if n == 1 else batch_shape) * real[n])
+
+
 @pytest.mark.parametrize("pace", [0.7, 1.0, 1.6])
 def test_a_wrong_shape_is_found_whatever_the_pace(pace):
     """Batches dearer (or cheaper) against single passes than the table says are found at any pace."""
     real = seconds(EPYC)
     for shape, reason in ((2.0, "times what the table says"), (0.6, "single-token passes take")):
         cost = PassCost(real)
-        for n in (1, 1, 1, 16, 9, 4, 12, 8):
-            cost.observe(n, pace * (1.0 if n == 1 else shape) * real[n])
+        loop_finds(cost, shape, pace)
         assert cost.stale and reason in cost.stale_reason, (shape, cost.stale_reason)
 
 
@@ -395,14 +402,6 @@ def test_a_table_measured_here_is_not_measured_again_soon_after(monkeypatch):
     for _ in range(pass_cost.DRIFT_WINDOW):
         cost.observe(4, 0.210)
     assert cost.stale and "times what the table says" in cost.stale_reason
-
-
-def loop_finds(cost: PassCost, batch_shape: float) -> None:
-    """The engine's passes as the loop times them: single-token ones as the table says, bigger ones at
-    ``batch_shape`` times it."""
-    real = seconds(EPYC)
-    for n in (1, 1, 1, 16, 9, 4, 12, 8):
-        cost.observe(n, (1.0 if n == 1 else batch_shape) * real[n])
 
 
 def test_a_table_the_loop_finds_stale_is_kept_when_a_spot_check_finds_it_right(monkeypatch):
