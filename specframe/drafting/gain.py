@@ -104,7 +104,7 @@ class PassShare:
 
     def seconds(self, cost: PassCost, n_tokens: int) -> float:
         """The pass's seconds when this sequence puts ``n_tokens`` in it."""
-        if not self.segments:
+        if len(self.segments) <= 1:       # this sequence's alone
             return cost.seconds(n_tokens)
         segments = list(self.segments)
         segments[self.mine] = (segments[self.mine][0], n_tokens)
