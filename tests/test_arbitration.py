@@ -147,6 +147,20 @@ def test_every_drafter_hears_how_much_of_its_draft_the_target_confirmed():
     assert stats.confirmed_tokens >= stats.accepted_tokens
 
 
+def test_a_drafter_hears_accept_only_once_the_output_decides_its_draft():
+    """On a CPU where only long right drafts pay, long drafts are held back or cut to a shorter verification
+    while their estimates grow: the output then agrees with them as far as it goes. Their drafters must not be told
+    those drafts were accepted only that far (ngram-mod empties its pool after five such, ngram-map shortens its
+    drafts): they hear of a draft once the output refutes a token of it or confirms it whole."""
+    right, wrong = Knowing(16), Knowing(16, wrong_at=3)
+    chain = chain_of(right, wrong, cost=EPYC)
+    replay(chain, n_tokens=300)
+    stats = chain.entries[0].stats
+    assert stats.drafts > len(right.accepted) > 0           # many of its drafts were left undecided...
+    assert set(right.accepted) == {16}                       # ...and it never heard one fell short
+    assert wrong.accepted and set(wrong.accepted) == {3}     # refuted at its fourth token, as far as it was checked
+
+
 def test_a_costly_drafter_is_asked_only_when_cheap_drafts_are_not_expected_to_beat_it():
     cheap, costly = Knowing(16), Knowing(16, uses_model=True)
     chain = chain_of(cheap, costly)

@@ -131,6 +131,30 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
     assert clean.n_accepted > 0 and result.stats.n_accepted >= 0.5 * clean.n_accepted, (clean, result.stats)
 
 
+def test_a_repeated_request_is_drafted_from_what_ngram_mod_remembers_of_the_first(write_config):
+    """ngram-mod keeps what earlier requests generated: asked the same again, the chain verifies its drafts of the
+    first answer, long and right, where the first request found nothing to draft. (Before, the drafts it held back
+    while its estimates grew were reported to ngram-mod as accepted only as far as the output went, which took five
+    of them for poor ones and emptied the pool.)"""
+    config = write_config("""
+        [target]
+        model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+        n_ctx = 2048
+        [[drafter]]
+        type = "copy-cursor"
+        [[drafter]]
+        type = "ngram-mod"
+        n_min = 8
+        """)
+    prompt = workload("code-generation").prompt
+    with Engine.from_config(config) as engine:
+        first = engine.generate(prompt, max_tokens=128).stats
+        again = engine.generate(prompt, max_tokens=128).stats
+    remembered = again.drafters["ngram-mod"]
+    assert remembered["accepted_tokens"] >= 0.5 * again.n_generated, again.as_dict()
+    assert again.n_target_passes <= 0.5 * first.n_target_passes, (first.as_dict(), again.as_dict())
+
+
 def test_a_draft_model_with_another_vocabulary_is_refused_without_token_mapping(write_config):
     config = write_config("""
         [target]

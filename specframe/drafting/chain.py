@@ -16,8 +16,9 @@ In a pass shared by several sequences (a server's slots), rates are the whole pa
 must pay for what it adds to everyone's pass, and the margin a draft must beat plain decoding by is that of its
 own sequence's tokens.
 
-Each step every draft that was made is scored against the tokens the target emitted, and each drafter hears
-``accept`` with how many of its draft's tokens the target confirmed, so the estimates learn from every step.
+Each step every draft that was made is scored against the tokens the target emitted, so the estimates learn from
+every step, and each drafter hears ``accept`` with how many of its draft's tokens the target confirmed once those
+tokens decide its draft: they refuted a token of it, or confirmed it whole.
 
 A drafter that raises or returns an invalid draft (see ``Drafter`` for what ``draft()`` may return) is reported
 once and set aside for the rest of the run: verification by the target keeps the output correct whatever a
@@ -198,7 +199,8 @@ class DrafterChain:
 
     def accept(self, n_accepted: int, emitted: np.ndarray | list[int]) -> None:
         """The target accepted ``n_accepted`` tokens of the chosen draft and emitted ``emitted`` (those and its own
-        next token). Every draft of this step is scored against them."""
+        next token). Every draft of this step is scored against them, and its drafter hears ``accept`` once they
+        decide it (``decided``)."""
         if self._chosen is not None:
             self._chosen.entry.record.verified(self._chosen.p, n_accepted)
             stats = self._chosen.entry.stats
@@ -218,6 +220,8 @@ class DrafterChain:
             confirmed = entry.record.score(candidate.draft.tokens, candidate.run, candidate.support, emitted)
             entry.stats.confirmed_tokens += confirmed
             if self.arbitration == "priority" and candidate is not self._chosen:
+                continue
+            if not decided(len(candidate.draft), confirmed, len(emitted)):
                 continue
             start = time.perf_counter()
             self._guard(entry, "accept", entry.drafter.accept, confirmed)
@@ -436,6 +440,15 @@ class DrafterChain:
             self._disable(entry, str(exc))
             return None
         return draft
+
+
+def decided(n_drafted: int, n_confirmed: int, n_emitted: int) -> bool:
+    """Whether the tokens the target emitted decide a draft of ``n_drafted`` whose first ``n_confirmed`` they
+    confirmed: they refuted one of its tokens, or confirmed them all. A draft they agree with but end before (one
+    cut to a shorter verification, or not verified this step) is not decided: told it was accepted only as far as
+    the output went, a drafter that learns from its acceptance (ngram-mod's pool reset, ngram-map's draft lengths)
+    would take every such draft for a poor one."""
+    return n_confirmed < min(n_drafted, n_emitted) or n_confirmed == n_drafted
 
 
 class InvalidDraft(ValueError):

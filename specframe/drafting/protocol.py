@@ -128,7 +128,9 @@ class Drafter:
         raise NotImplementedError
 
     def accept(self, n_accepted: int) -> None:
-        """The target accepted the first ``n_accepted`` tokens of this drafter's last draft."""
+        """The target accepted the first ``n_accepted`` tokens of this drafter's last draft, and refuted the next one
+        or had none left to check: not called for a draft the target's output agrees with so far but has not
+        reached the end of (a long draft cut to a shorter verification, or one not verified)."""
 
     def describe(self) -> str | None:
         """A short remark shown with the drafter's statistics (how it works with this target, say), or None."""
