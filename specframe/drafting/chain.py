@@ -463,8 +463,14 @@ def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
     probabilities); token ids within the vocabulary and, when given, a draft distribution per token (finite,
     non-negative, summing to 1, giving its own token a chance). Rejection sampling divides by these
     probabilities: any other numbers would bias the output silently."""
-    if result is None:
+    if result is None or result is NO_DRAFT:
         return NO_DRAFT
+    if type(result) is Draft and result.probs is None and type(result.tokens) is np.ndarray \
+            and result.tokens.dtype == np.int32 and result.tokens.ndim == 1:    # the built-ins' drafts, checked
+        tokens = result.tokens                                                   # without copies at every step
+        if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= n_vocab):
+            raise InvalidDraft(f"drafted a token id outside the vocabulary [0, {n_vocab})")
+        return result if len(tokens) <= n_max else Draft(tokens[:n_max])
     if not isinstance(result, Draft):
         if not _token_ids(result):
             raise InvalidDraft(f"draft() returned {type(result).__name__}: expected a Draft, NO_DRAFT, None or "
@@ -503,4 +509,4 @@ def _token_ids(value) -> bool:
         array = np.asarray(value)
     except (ValueError, TypeError):
         return False
-    return array.ndim == 1 and (array.size == 0 or np.issubdtype(array.dtype, np.integer))
+    return array.ndim == 1 and (array.size == 0 or array.dtype.kind in "iu")

@@ -24,6 +24,7 @@ brings. A pass over one sequence shares nothing, and the rate is that sequence's
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -110,11 +111,11 @@ class PassShare:
         segments[self.mine] = (segments[self.mine][0], n_tokens)
         return cheapest_calls(cost, segments, self.one_batch)[0]
 
-    def seconds_each(self, cost: PassCost, n_tokens: np.ndarray) -> np.ndarray:
-        """``seconds`` for each of ``n_tokens``."""
+    def seconds_from(self, cost: PassCost, first: int, last: int) -> list[float]:
+        """``seconds`` for each of ``first``..``last`` tokens of this sequence's."""
         if len(self.segments) <= 1:       # this sequence's alone
-            return cost.seconds_each(n_tokens)
-        return np.array([self.seconds(cost, int(n)) for n in n_tokens])
+            return cost.seconds_from(first, last)
+        return [self.seconds(cost, n) for n in range(first, last + 1)]
 
 
 ALONE = PassShare()
@@ -142,12 +143,14 @@ class CallCost:
     """Seconds of one draft call as ``fixed + per_token * tokens``, fitted over recent calls (decayed least
     squares). A draft model's fixed part is mostly catching up on the tokens it has not seen."""
 
-    _sums: np.ndarray = field(default_factory=lambda: np.zeros(5))   # weight, k, k*k, seconds, k*seconds
+    _sums: tuple[float, ...] = (0.0,) * 5   # weight, k, k*k, seconds, k*seconds (floats: observed every step)
     _recent: deque = field(default_factory=lambda: deque(maxlen=8))
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         k = float(n_tokens)
-        self._sums = DECAY * self._sums + np.array([1.0, k, k * k, seconds, k * seconds])
+        w, sk, skk, s, sks = self._sums
+        self._sums = (DECAY * w + 1.0, DECAY * sk + k, DECAY * skk + k * k, DECAY * s + seconds,
+                      DECAY * sks + k * seconds)
         self._recent.append(seconds)
 
     @property
@@ -160,19 +163,24 @@ class CallCost:
         costly."""
         return statistics.median(self._recent) if self._recent else 0.0
 
-    def seconds(self, n_tokens: int | np.ndarray) -> float | np.ndarray:
-        """Seconds of a call drafting ``n_tokens`` (an int, or an array of them)."""
-        w, k, kk, s, ks = self._sums.tolist()
+    def seconds(self, n_tokens: int) -> float:
+        """Seconds of a call drafting ``n_tokens``."""
+        fixed, per_token = self.line()
+        return fixed + per_token * n_tokens
+
+    def line(self) -> tuple[float, float]:
+        """The fit: seconds of a call as ``fixed + per_token * tokens`` ((0, 0) before any call)."""
+        w, k, kk, s, ks = self._sums
         if not w:
-            return 0.0 * n_tokens
+            return 0.0, 0.0
         spread = w * kk - k * k
         if spread <= 1e-9 * max(1.0, w * kk):     # every call drafted as many tokens: no fit. A call costs as
             # one more token than it drafts (a draft model evaluates the new history, then a pass per token),
             # so a probe's 2 tokens price a longest draft neither free nor at twice the probe's cost per token
-            return s / w * (np.asarray(n_tokens) + 1) / (k / w + 1)
+            per_token = s / w / (k / w + 1)
+            return per_token, per_token
         per_token = max(0.0, (w * ks - k * s) / spread)
-        fixed = max(0.0, (s - per_token * k) / w)
-        return fixed + per_token * n_tokens
+        return max(0.0, (s - per_token * k) / w), per_token
 
 
 @dataclass
@@ -257,7 +265,7 @@ class DrafterRecord:
         wall, others = self._calls_timed.tolist()
         if not wall:
             return None
-        return float(self.cost.seconds(n_max)) / (n_max + 1), load_over(others, wall)
+        return self.cost.seconds(n_max) / (n_max + 1), load_over(others, wall)
 
     def catching_up(self, n_history: int) -> float:
         """Seconds a model not asked at the last step would spend on the tokens it missed before drafting: a probe
@@ -332,8 +340,10 @@ class DrafterRecord:
         if not first_right and not self._burst_through_misses:
             self._burst = 0
         self._run_estimate(run).observe(first_right, went_wrong=not first_right)
-        self.first.setdefault((run, support), Acceptance(hits=0.0, misses=0.0)).observe(first_right,
-                                                                                      went_wrong=not first_right)
+        first = self.first.get((run, support))
+        if first is None:
+            first = self.first[run, support] = Acceptance(hits=0.0, misses=0.0)
+        first.observe(first_right, went_wrong=not first_right)
         if run:     # it carries on a draft that held up: even its first token follows accepted ones
             self.later.observe(confirmed, went_wrong=bool(wrong.size))
         elif first_right:
@@ -391,7 +401,7 @@ def cautious(p: float, n: float) -> float:
 
 
 def _bucket(run: int) -> int:
-    return max(i for i, start in enumerate(RUNS) if run >= start)
+    return bisect.bisect_right(RUNS, run) - 1
 
 
 def expected_tokens(p: np.ndarray) -> np.ndarray:
@@ -415,10 +425,18 @@ def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_
     n_min = max(1, n_min)
     if len(p) < n_min:
         return 0, 0.0
-    lengths = np.arange(n_min, len(p) + 1)
-    seconds = share.seconds_each(cost, 1 + lengths) + catching_up
-    if drafting is not None:
-        seconds += drafting.seconds(lengths)
-    rates = (share.expected + 1 + trust * (expected_tokens(p)[n_min:] - 1)) / seconds
-    best = int(np.argmax(rates))
-    return int(lengths[best]), float(rates[best])
+    # Plain floats: the chain weighs several drafts at every step, and numpy's per-call cost on arrays of a few
+    # tokens is most of a step's deciding (a sixth of a pass on a GPU).
+    passes = share.seconds_from(cost, 1 + n_min, 1 + len(p))
+    fixed, per_token = drafting.line() if drafting is not None else (0.0, 0.0)
+    fixed += catching_up
+    own = share.expected + 1
+    best, best_rate, all_right, drafted = 0, -1.0, 1.0, 0.0
+    for k, accepted in enumerate(p.tolist(), 1):
+        all_right *= accepted
+        drafted += all_right                 # expected_tokens(p)[k] - 1
+        if k >= n_min:
+            rate = (own + trust * drafted) / (passes[k - n_min] + fixed + per_token * k)
+            if rate > best_rate:
+                best, best_rate = k, rate
+    return best, best_rate

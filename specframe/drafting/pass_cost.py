@@ -59,8 +59,6 @@ import time
 from collections import deque
 from typing import Callable, Iterable, Sequence
 
-import numpy as np
-
 from specframe.files import atomic_write, locked
 
 log = logging.getLogger("specframe.drafting")
@@ -148,7 +146,7 @@ class PassCost:
         self._seconds: dict[int, float] = dict(seconds or {})
         self.gpu = gpu                  # measured on a GPU, which replays captured graphs (the module docstring)
         self.confirmed = confirmed      # measured here, or a pass over several tokens has run at its pace
-        self._each = np.empty(0)        # seconds() of every size from 0 on, filled by seconds_each
+        self._each: list[float] = []    # seconds() of every size from 0 on, filled by seconds_from
         self.measured_at = measured_at
         self.other_load = other_load
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
@@ -193,13 +191,12 @@ class PassCost:
         """The longest draft worth verifying now: ``n_max``, or UNCONFIRMED_DRAFT while the table is unconfirmed."""
         return n_max if self.confirmed else min(n_max, UNCONFIRMED_DRAFT)
 
-    def seconds_each(self, n_tokens: np.ndarray) -> np.ndarray:
-        """``seconds`` of each size: the chain prices every length of every draft at every step, so the sizes are
-        interpolated once per table."""
-        top = int(n_tokens.max())
-        if len(self._each) <= top:
-            self._each = np.array([self.seconds(n) for n in range(max(top + 1, 2 * len(self._each), 65))])
-        return self._each[n_tokens]
+    def seconds_from(self, first: int, last: int) -> list[float]:
+        """``seconds`` of each size from ``first`` to ``last`` tokens: the chain prices every length of every draft
+        at every step, so the sizes are interpolated once per table."""
+        if len(self._each) <= last:
+            self._each = [self.seconds(n) for n in range(max(last + 1, 2 * len(self._each), 65))]
+        return self._each[first:last + 1]
 
     # --- healing ---------------------------------------------------------------------------------------------
 
