@@ -4,6 +4,9 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
 from specframe.drafting.catch_up import ModelRateStore
@@ -116,6 +119,28 @@ def test_expected_tokens_and_the_best_cut():
     for _ in range(2):
         probed.observe(2, 0.060)          # a model's probes: its new history evaluated, then 2 drafted tokens
     assert probed.seconds(16) == pytest.approx(0.060 * 17 / 3)        # 0.34 s, not 16 x 30 ms
+
+
+@settings(max_examples=300, deadline=None)
+@given(p=hnp.arrays(np.float64, st.integers(1, 48), elements=st.floats(0.0, 1.0)), n_min=st.integers(1, 4),
+       trust=st.floats(0.05, 1.0), catching_up=st.floats(0.0, 0.05), others=st.floats(0.0, 3.0),
+       calls=st.lists(st.tuples(st.integers(0, 16), st.floats(0.001, 0.1)), max_size=6),
+       table=st.sampled_from([XEON, EPYC]), shared=st.booleans())
+def test_the_best_cut_is_the_rate_of_every_length_at_its_highest(p, n_min, trust, catching_up, others, calls,
+                                                                  table, shared):
+    """best_cut (a loop over floats, run several times a step) against the rate of each length written out."""
+    drafting = CallCost()
+    for n_tokens, seconds in calls:
+        drafting.observe(n_tokens, seconds)
+    share = PassShare(((0, 1), (1, 1)), 0, others, one_batch=True) if shared else PassShare(expected=others)
+    k, rate = best_cut(p, table, drafting, n_min, trust, share, catching_up)
+    if len(p) < n_min:
+        assert (k, rate) == (0, 0.0)
+        return
+    rates = [(share.expected + 1 + trust * (expected_tokens(p)[n] - 1))
+             / (share.seconds(table, 1 + n) + catching_up + drafting.seconds(n)) for n in range(n_min, len(p) + 1)]
+    assert n_min <= k <= len(p)
+    assert rate == pytest.approx(max(rates), rel=1e-9) and rates[k - n_min] == pytest.approx(max(rates), rel=1e-9)
 
 
 def test_a_long_right_draft_wins_over_a_short_wrong_one_that_comes_first():
