@@ -120,3 +120,32 @@ def test_a_replayed_chain_is_priced_by_the_passes_its_drafts_take(replay):
         speedup = replay.replayed(chain, 8, tokens, cost, 16)
         assert low <= speedup <= high + 1e-9
         assert chain.entries[0].stats.accepted_tokens == (0 if not knows else chain.entries[0].stats.drafted_tokens)
+
+
+@pytest.fixture(scope="module")
+def step_time():
+    yield from load("step_time", BENCHMARKS / "step_time.py")
+
+
+def test_step_time_splits_each_run_into_its_passes_and_the_rest(step_time, write_config, target_path):
+    """A run's time inside llama_decode is counted pass by pass, the rest is the wall time less it."""
+    from specframe.bench.workloads import Workload
+    from specframe.engine import Engine
+
+    config = write_config(f"""
+        [target]
+        model = "{target_path}"
+        n_ctx = 512
+        [[drafter]]
+        type = "copy-cursor"
+        """)
+    workload = Workload("repeat", "a b c d e f g h " * 8, 48)
+    with Engine.from_config(config) as engine:
+        timer = step_time.DecodeTimer(engine)
+        plain = step_time.measure(engine, timer, workload, speculative=False)
+        drafted = step_time.measure(engine, timer, workload, speculative=True)
+    for run in (plain, drafted):
+        assert 0 < run.decode_seconds < run.wall_seconds and run.rest_seconds > 0
+        assert run.workload == "repeat" and f"{run.passes:4d} passes" in run.line()
+    assert 0 < plain.passes < plain.tokens       # a pass a token, after the first text
+    assert 0 < drafted.passes <= plain.passes and drafted.tokens == plain.tokens
