@@ -465,12 +465,6 @@ def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
     probabilities: any other numbers would bias the output silently."""
     if result is None or result is NO_DRAFT:
         return NO_DRAFT
-    if type(result) is Draft and result.probs is None and type(result.tokens) is np.ndarray \
-            and result.tokens.dtype == np.int32 and result.tokens.ndim == 1:    # the built-ins' drafts, checked
-        tokens = result.tokens                                                   # without copies at every step
-        if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= n_vocab):
-            raise InvalidDraft(f"drafted a token id outside the vocabulary [0, {n_vocab})")
-        return result if len(tokens) <= n_max else Draft(tokens[:n_max])
     if not isinstance(result, Draft):
         if not _token_ids(result):
             raise InvalidDraft(f"draft() returned {type(result).__name__}: expected a Draft, NO_DRAFT, None or "
@@ -485,13 +479,16 @@ def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
         raise InvalidDraft("draft tokens must be a 1-D array of integer token ids")
     if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= n_vocab):
         raise InvalidDraft(f"drafted a token id outside the vocabulary [0, {n_vocab})")
-    tokens = tokens[:n_max].astype(np.int32, copy=False)
+    if len(tokens) > n_max:
+        tokens = tokens[:n_max]
+    tokens = tokens.astype(np.int32, copy=False)
     if probs is not None:
         if probs.shape[:1] != (len(result.tokens),) or probs.shape[1:] != (n_vocab,):
             raise InvalidDraft(f"draft probs must have shape ({len(result.tokens)}, {n_vocab}), got {probs.shape}")
         if not np.issubdtype(probs.dtype, np.floating):
             raise InvalidDraft(f"draft probs must be floating-point, got {probs.dtype}")
-        probs = probs[:n_max]
+        if len(probs) > n_max:
+            probs = probs[:n_max]
         if not np.isfinite(probs).all() or probs.min(initial=0.0) < 0:
             raise InvalidDraft("draft probs must be finite and non-negative")
         sums = probs.sum(axis=1, dtype=np.float64)
@@ -500,6 +497,8 @@ def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
             raise InvalidDraft(f"each row of draft probs must sum to 1, one sums to {worst:.6g}")
         if len(tokens) and (probs[np.arange(len(tokens)), tokens] <= 0).any():
             raise InvalidDraft("a drafted token has no probability in its own draft distribution")
+    if tokens is result.tokens and probs is result.probs:    # a valid Draft as it came (the built-ins' at every
+        return result                                        # step): no copy
     return Draft(tokens, probs)
 
 
