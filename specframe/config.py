@@ -35,6 +35,9 @@ class TargetConfig(ModelSettings):
                             "or path to a GGUF file", model=True)
     n_ctx: int = param(4096, min=16, max=INT32_MAX, help="context size in tokens")
     n_batch: int = param(512, min=1, max=INT32_MAX, help="largest batch fed to llama_decode at once")
+    backend_sampling: bool = param(True, help="greedy choices made in the model's graph (llama.cpp's "
+                                              "--backend-sampling): on a GPU, verifying a draft copies out token "
+                                              "ids, not rows of logits (false: the host scans the logits)")
 
 
 @dataclass(frozen=True)

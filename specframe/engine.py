@@ -71,6 +71,10 @@ class Engine:
         self.drafters = ConfiguredDrafters(config, env, self.vocab.n_tokens, slots)
         self.drafters.cost = self.calibration.cost
         self._kept: list[np.ndarray] = [np.empty(0, dtype=np.int32)] * slots   # each sequence's tokens in KV
+        # Greedy choices made on the device from the start, when the config's requests make them so: the
+        # pass-cost table is then timed as its passes run.
+        for slot in range(slots):
+            self._choose_on_device(slot, self.sampler({}), None)
 
     @classmethod
     def from_config(cls, path: str | os.PathLike | None, overrides: Sequence_[Layer] = ()) -> "Engine":
@@ -133,6 +137,7 @@ class Engine:
             raise SpecframeError(f"acceptance {acceptance!r}: expected one of {', '.join(ACCEPTANCE_MODES)}")
         if chain is None and speculative and self.config.speculative.enabled:
             chain = self.drafters.chain(drafters, slot)
+        self._choose_on_device(slot, sampler, trace)
         cached = self.cached_prefix(slot, prompt) if reuse else 0
         self.context.truncate(cached, slot)
         self._kept[slot] = prompt[:cached]
@@ -153,6 +158,11 @@ class Engine:
         sampler = TokenSampler(replace(self.config.sampling, **overrides))
         sampler.check_vocabulary(self.vocab.n_tokens)
         return sampler
+
+    def _choose_on_device(self, slot: int, sampler: TokenSampler, trace: Trace | None) -> None:
+        """Verify on the device when the choice is the row's argmax and no trace wants the logits."""
+        self.context.choose_on_device(slot, self.config.target.backend_sampling and sampler.chooses_as_argmax
+                                      and trace is None)
 
     def cached_prefix(self, slot: int, prompt: np.ndarray) -> int:
         """How many leading tokens of ``prompt`` sequence ``slot`` holds in memory (never the whole prompt: its

@@ -96,6 +96,12 @@ class TokenSampler:
     def greedy(self) -> bool:
         return self.params.greedy
 
+    @property
+    def chooses_as_argmax(self) -> bool:
+        """Whether a position's token is its row's first largest logit, as the model's own greedy sampler picks
+        it (which can then run on the device: Context.choose_on_device)."""
+        return self.params.greedy and not self.params.transforms_logits
+
     def check_vocabulary(self, n_vocab: int) -> None:
         """A biased token id must exist in the model's vocabulary."""
         if self._bias_ids.size and int(self._bias_ids.max()) >= n_vocab:
@@ -168,12 +174,13 @@ class TokenSampler:
 def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | None, sampler: TokenSampler,
            acceptance: str = "rejection", history: np.ndarray = NO_TOKENS) -> tuple[int, list[int]]:
     """Accept a prefix of the drafted ``tokens`` from the target's ``logits`` (one row per position, the last
-    after the whole draft); return (n_accepted, emitted tokens): the accepted ones plus the target's own token at
-    the first rejection or after a fully accepted draft. ``history`` is the tokens before the draft, which the
-    repetition penalties look back on (needed only when they are on)."""
+    after the whole draft; for a greedy sampler that does not change logits, each row's choice can come made, as
+    token ids); return (n_accepted, emitted tokens): the accepted ones plus the target's own token at the first
+    rejection or after a fully accepted draft. ``history`` is the tokens before the draft, which the repetition
+    penalties look back on (needed only when they are on)."""
     k = len(tokens)
-    if sampler.greedy and not sampler.params.transforms_logits:
-        choices = np.argmax(logits[:k + 1], axis=1)
+    if sampler.chooses_as_argmax:
+        choices = logits[:k + 1] if logits.ndim == 1 else np.argmax(logits[:k + 1], axis=1)
         mismatch = np.flatnonzero(choices[:k] != tokens)
         n = int(mismatch[0]) if mismatch.size else k
         return n, choices[:n + 1].tolist()

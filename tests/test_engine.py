@@ -393,3 +393,23 @@ def test_a_possible_but_wrong_table_heals_during_the_run(engine_for):
     assert result.stats.calibration_seconds > 0 and engine.pass_cost.seconds(1) < 0.1
     assert result.stats.n_drafted > 0
     assert result.stats.generation_seconds < 5              # re-measured, not believed for the whole run
+
+
+def test_greedy_verification_runs_on_the_device_unless_logits_are_needed(engine_for):
+    engine = engine_for(DRAFTERS["whole chain"])
+    on_device = engine.generate(PROMPT, raw=True)
+    assert engine.context.chooses_on_device(0)
+    traced = engine.generate(PROMPT, raw=True, track_margins=True)       # margins need the logits
+    assert not engine.context.chooses_on_device(0)
+    assert traced.tokens == on_device.tokens and on_device.stats.n_accepted > 0
+    engine.generate(PROMPT, raw=True, temperature=0.9, max_tokens=8)   # sampling needs them too
+    assert not engine.context.chooses_on_device(0)
+    assert engine.generate(PROMPT, raw=True).tokens == on_device.tokens
+    assert engine.context.chooses_on_device(0)
+
+
+def test_backend_sampling_off_scans_the_logits_on_the_host(write_config, target_path):
+    config = write_config(f'[target]\nmodel = "{target_path}"\nbackend_sampling = false\n')
+    with Engine.from_config(config) as engine:
+        engine.generate(PROMPT, raw=True, max_tokens=4)
+        assert not engine.context.chooses_on_device(0)

@@ -139,3 +139,23 @@ def test_sequences_in_one_batch_are_evaluated_and_rolled_back_apart(model):
         np.testing.assert_array_equal(got, want)
         with pytest.raises(ValueError, match="sequence 2"):
             both.decode_batch([Segment(2, a, 0, 1)])
+
+
+def test_greedy_choices_made_on_the_device_are_the_rows_argmax(model):
+    a = model.vocab.tokenize("speculative decoding keeps")
+    b = model.vocab.tokenize("the quick brown fox jumps over")
+    with Context(model, n_ctx=64, n_seq_max=2) as both, Context(model, n_ctx=64, n_seq_max=2) as host:
+        segments = [Segment(0, a, 0, len(a)), Segment(1, b, 0, 2)]
+        want_a, want_b = (rows.argmax(axis=1) for rows in host.decode_batch(segments))
+        both.choose_on_device(0, True)           # sequence 0 on the device, sequence 1 as before
+        assert both.chooses_on_device(0) and not both.chooses_on_device(1)
+        got_a, rows_b = both.decode_batch(segments)
+        assert got_a.dtype == np.int32 and got_a.shape == (len(a),)
+        np.testing.assert_array_equal(got_a, want_a)
+        assert rows_b.shape == (2, model.vocab.n_tokens)
+        np.testing.assert_array_equal(rows_b.argmax(axis=1), want_b)
+        both.choose_on_device(0, False)          # back to rows of logits
+        both.truncate(0, 0)
+        (rows_a,) = both.decode_batch([Segment(0, a, 0, len(a))])
+        assert rows_a.shape == (len(a), model.vocab.n_tokens)
+        np.testing.assert_array_equal(rows_a.argmax(axis=1), want_a)

@@ -86,6 +86,8 @@ struct llama_context_params {
     enum ggml_type type_v;
     bool no_perf;
     bool kv_unified;
+    uint32_t n_outputs_max;
+    uint32_t n_outputs_max_per_seq;
     ...;
 };
 
@@ -102,6 +104,12 @@ typedef struct llama_model_quantize_params {
     bool pure;
     ...;
 } llama_model_quantize_params;
+
+typedef struct llama_sampler_chain_params {
+    bool no_perf;
+    ...;
+} llama_sampler_chain_params;
+struct llama_sampler;
 
 typedef struct llama_chat_message {
     const char * role;
@@ -148,6 +156,14 @@ struct llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_se
 void llama_batch_free(struct llama_batch batch);
 int32_t llama_decode(struct llama_context * ctx, struct llama_batch batch);
 float * llama_get_logits(struct llama_context * ctx);
+
+struct llama_sampler_chain_params llama_sampler_chain_default_params(void);
+struct llama_sampler * llama_sampler_chain_init(struct llama_sampler_chain_params params);
+void llama_sampler_chain_add(struct llama_sampler * chain, struct llama_sampler * smpl);
+struct llama_sampler * llama_sampler_init_greedy(void);
+void llama_sampler_free(struct llama_sampler * smpl);
+bool llama_set_sampler(struct llama_context * ctx, llama_seq_id seq_id, struct llama_sampler * smpl);
+llama_token llama_get_sampled_token_ith(struct llama_context * ctx, int32_t i);
 
 enum llama_vocab_type llama_vocab_type(const struct llama_vocab * vocab);
 int32_t llama_vocab_n_tokens(const struct llama_vocab * vocab);

@@ -49,6 +49,7 @@ def context_params(settings: ModelSettings, *, n_ctx: int, n_batch: int, n_seq_m
     params.flash_attn_type = getattr(lib, _FLASH_ATTN[settings.flash_attn])
     params.kv_unified = settings.kv_unified
     params.no_perf = True
+    params.n_outputs_max_per_seq = 0   # as many as n_outputs_max: a draft's verification on the device (greedy)
     return params
 
 
@@ -116,7 +117,8 @@ class Context(Handle):
 
     ``decode`` feeds one sequence's tokens at explicit positions and ``decode_batch`` several sequences' in one
     pass; both return logits as numpy views into llama.cpp's buffer (valid until the next decode). ``truncate``
-    drops a sequence's KV entries from a position on, which is how rejected drafts are undone.
+    drops a sequence's KV entries from a position on, which is how rejected drafts are undone. A sequence whose
+    greedy choice is made on the device (``choose_on_device``) gets each row's chosen token instead of its logits.
     """
 
     _what = "context"
@@ -152,6 +154,7 @@ class Context(Handle):
         self.n_threads_batch: int = self._lib.llama_n_threads_batch(handle)
         self.n_vocab: int = model.vocab.n_tokens
         self._batch = Batch(model, self.n_batch)
+        self._device_samplers: dict[int, object] = {}   # sequence -> its greedy sampler chain in the graph
         model._register_context(self)
         raise_pending_interrupt()
 
@@ -171,8 +174,31 @@ class Context(Handle):
             (logits,) = self.decode_batch([Segment(seq, chunk, start_pos + offset, len(chunk) if all_logits else 1)])
         return logits
 
+    def choose_on_device(self, seq: int, on: bool) -> None:
+        """Make sequence ``seq``'s greedy choice (the argmax of each row of logits) part of the model's graph, or
+        stop. Its rows then never leave the device: on a GPU, copying the logits of a 16-token verification out
+        and scanning them on the host costs as much as half a pass. The choice is the same token either way, a
+        row's first largest logit. A change takes effect at the next decode, which first re-plans the graph."""
+        if on == (seq in self._device_samplers):
+            return
+        lib = self._lib
+        if on:
+            chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
+            if not lib.llama_set_sampler(self.handle, seq, chain):   # this backend cannot: rows come out as before
+                lib.llama_sampler_free(chain)
+                return
+            self._device_samplers[seq] = chain
+        else:
+            lib.llama_set_sampler(self.handle, seq, self._ffi.NULL)
+            lib.llama_sampler_free(self._device_samplers.pop(seq))
+
+    def chooses_on_device(self, seq: int) -> bool:
+        return seq in self._device_samplers
+
     def decode_batch(self, segments: list[Segment]) -> list[np.ndarray]:
-        """Evaluate every segment in one llama_decode; return each segment's logits, (n_logits, n_vocab)."""
+        """Evaluate every segment in one llama_decode; return each segment's logits, (n_logits, n_vocab), or for a
+        sequence that chooses on the device its rows' greedy choices, (n_logits,) token ids."""
         n = sum(len(s.tokens) for s in segments)
         if n > self.n_batch:
             raise ValueError(f"a batch holds at most n_batch={self.n_batch} tokens, got {n}")
@@ -196,8 +222,17 @@ class Context(Handle):
         raw = self._lib.llama_get_logits(handle)
         rows = np.frombuffer(self._ffi.buffer(raw, 4 * n_out * self.n_vocab), dtype=np.float32)
         rows = rows.reshape(n_out, self.n_vocab)
-        ends = np.cumsum([s.n_logits for s in segments])
-        return [rows[end - s.n_logits:end] for s, end in zip(segments, ends)]
+        outputs: list[np.ndarray] = []
+        row = end = 0
+        for s in segments:
+            end += len(s.tokens)
+            if s.n_logits and s.seq in self._device_samplers:
+                sampled = self._lib.llama_get_sampled_token_ith
+                outputs.append(np.array([sampled(handle, i) for i in range(end - s.n_logits, end)], dtype=np.int32))
+            else:
+                outputs.append(rows[row:row + s.n_logits])
+            row += s.n_logits
+        return outputs
 
     def _check_room(self, start_pos: int, n: int) -> None:
         if start_pos < 0 or start_pos + n > self.n_ctx:
@@ -223,3 +258,6 @@ class Context(Handle):
     def _free(self, handle) -> None:
         self._batch.close()
         self._lib.llama_free(handle)
+        for chain in self._device_samplers.values():    # the context used them to its end
+            self._lib.llama_sampler_free(chain)
+        self._device_samplers.clear()
