@@ -184,7 +184,6 @@ class DrafterChain:
             n_max = self.cost.draft_limit(n_max)
         if n_max < self.n_min:
             return NO_DRAFT
-        self.support.update(history)
         if self.arbitration == "priority":
             chosen = self._by_priority(history, n_max)
         else:
@@ -264,8 +263,8 @@ class DrafterChain:
         cost, plain = self.cost, self._plain_rate()
         cheap: list[ChainEntry] = []
         costly: list[ChainEntry] = []
+        single = cost.seconds(1) if cost is not None else 0.0
         for entry in self._active():
-            single = cost.seconds(1) if cost is not None else 0.0
             (costly if entry.record.costly(single, entry.drafter.uses_model) else cheap).append(entry)
         for entry in cheap:
             self._ask(entry, history, n_max)
@@ -384,7 +383,7 @@ class DrafterChain:
         if draft is None or len(draft) < self.n_min:
             return None
         entry.stats.drafts += 1
-        run, support = entry.record.run_of(draft.tokens), self.support.level(int(draft.tokens[0]))
+        run, support = entry.record.run_of(draft.tokens), self.support.level(history, int(draft.tokens[0]))
         candidate = _Candidate(entry, draft, run, support, entry.record.p(len(draft), run, support))
         self._candidates.append(candidate)
         return candidate

@@ -163,6 +163,11 @@ class CallCost:
         costly."""
         return statistics.median(self._recent) if self._recent else 0.0
 
+    def typically_over(self, seconds: float) -> bool:
+        """Whether ``typical`` exceeds ``seconds``, the slowest call checked first: a cheap drafter is classified
+        at every step, and its calls are all far under."""
+        return bool(self._recent) and max(self._recent) > seconds and self.typical > seconds
+
     def seconds(self, n_tokens: int) -> float:
         """Seconds of a call drafting ``n_tokens``."""
         fixed, per_token = self.line()
@@ -322,7 +327,7 @@ class DrafterRecord:
     def costly(self, single_pass_seconds: float, uses_model: bool) -> bool:
         """Asked only when expected to pay: a model, or any drafter whose calls are not negligible."""
         return uses_model or (self.cost.samples >= COST_SAMPLES
-                              and self.cost.typical > CHEAP_SHARE * single_pass_seconds)
+                              and self.cost.typically_over(CHEAP_SHARE * single_pass_seconds))
 
     def verified(self, p: np.ndarray, n_accepted: int) -> None:
         """One of its drafts, whose tokens were estimated ``p``, was verified: ``n_accepted`` stood. Chosen drafts

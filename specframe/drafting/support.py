@@ -25,7 +25,7 @@ class ContextSupport:
         for index in self._followed:
             index.clear()
 
-    def update(self, history: np.ndarray) -> None:
+    def _update(self, history: np.ndarray) -> None:
         new_from = self._seen.update(history)
         if new_from == 0:
             for index in self._followed:
@@ -35,9 +35,11 @@ class ContextSupport:
             for end in range(max(k, new_from), len(tokens)):
                 index.add(tuple(tokens[end - k:end + 1]))
 
-    def level(self, next_token: int) -> int:
-        """0 when ``next_token`` never followed even the last token before, else 1 + the index in SUPPORT_LENGTHS
-        of the longest context it followed."""
+    def level(self, history: np.ndarray, next_token: int) -> int:
+        """0 when ``next_token`` never followed even the last token of ``history`` before, else 1 + the index in
+        SUPPORT_LENGTHS of the longest context it followed. The index takes in the history's new tokens only
+        here, when a draft asks: a step without one costs nothing."""
+        self._update(history)
         tokens = self._seen.tokens
         for level in range(len(SUPPORT_LENGTHS), 0, -1):
             k = SUPPORT_LENGTHS[level - 1]
