@@ -23,6 +23,8 @@ from specframe.plugins import DrafterType, Plugins, load_plugins
 from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
 from specframe.validation import NO_FILE, Where, build_dataclass
 
+BACKEND_SAMPLING = ("auto", "on", "off")
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -35,9 +37,10 @@ class TargetConfig(ModelSettings):
                             "or path to a GGUF file", model=True)
     n_ctx: int = param(4096, min=16, max=INT32_MAX, help="context size in tokens")
     n_batch: int = param(512, min=1, max=INT32_MAX, help="largest batch fed to llama_decode at once")
-    backend_sampling: bool = param(True, help="greedy choices made in the model's graph (llama.cpp's "
-                                              "--backend-sampling): on a GPU, verifying a draft copies out token "
-                                              "ids, not rows of logits (false: the host scans the logits)")
+    backend_sampling: str = param("auto", choices=BACKEND_SAMPLING,
+                                  help="greedy choices made in the model's graph (llama.cpp's --backend-sampling): "
+                                       "verifying a draft then copies token ids, not rows of logits, off the device "
+                                       "(auto: where the model runs on a GPU; on a CPU the host's scan is faster)")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ type = "last-match"
 def engines(write_config, target_path, draft_path):
     made = []
 
-    def make(slots: int, speculative: str = "adaptive = false", n_batch: int = 512, kv_unified: bool = False) -> Engine:
+    def make(slots: int, speculative: str = "adaptive = false", n_batch: int = 512, kv_unified: bool = False,
+             backend_sampling: str = "auto") -> Engine:
         config = write_config(f"""
             [target]
             model = "{target_path}"
@@ -40,6 +41,7 @@ def engines(write_config, target_path, draft_path):
             n_batch = {n_batch}
             threads = 1
             kv_unified = {str(kv_unified).lower()}
+            backend_sampling = "{backend_sampling}"
             [generation]
             max_tokens = 120
             [speculative]
@@ -54,9 +56,12 @@ def engines(write_config, target_path, draft_path):
         engine.close()
 
 
-@pytest.mark.parametrize("speculative", ["adaptive = false", "adaptive = true"])
-def test_greedy_output_is_the_same_alone_or_beside_three_others(engines, together, speculative):
-    engine = engines(4, speculative)
+@pytest.mark.parametrize("speculative, backend_sampling", [("adaptive = false", "auto"), ("adaptive = true", "auto"),
+                                                            ("adaptive = false", "on")])
+def test_greedy_output_is_the_same_alone_or_beside_three_others(engines, together, speculative, backend_sampling):
+    """``backend_sampling = "on"``: every slot's greedy choices made in the graph, the traced plain runs' on the
+    host."""
+    engine = engines(4, speculative, backend_sampling=backend_sampling)
     plain = [engine.generate(p, raw=True, speculative=False, track_margins=True) for p in PROMPTS]
     alone = [engine.generate(p, raw=True) for p in PROMPTS]
     batched = together(engine, PROMPTS)
@@ -65,6 +70,7 @@ def test_greedy_output_is_the_same_alone_or_beside_three_others(engines, togethe
         assert b.text == p.text and len(b.tokens) == 120
     if speculative == "adaptive = false":   # cost-aware lengths draft little on a model whose passes cost per token
         assert all(r.stats.n_accepted > 0 and r.stats.n_target_passes < 120 for r in batched)
+    assert all(engine.context.chooses_on_device(slot) == (backend_sampling == "on") for slot in range(4))
 
 
 def test_with_one_kv_buffer_for_every_slot_a_pass_is_one_batch_and_output_differs_only_at_near_ties(engines,

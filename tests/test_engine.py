@@ -38,12 +38,13 @@ def engine_for(write_config, target_path, draft_path, shuffled_draft_path):
     engines = []
 
     def make(drafters: str = "", extra: str = "", n_ctx: int = 1024, max_tokens: int = 200,
-             speculative: str = "adaptive = false") -> Engine:
+             speculative: str = "adaptive = false", target_extra: str = "") -> Engine:
         """Adaptive draft lengths are off unless asked for: these tests need drafts accepted and rejected."""
         config = write_config(f"""
             [target]
             model = "{target_path}"
             n_ctx = {n_ctx}
+            {target_extra}
             [generation]
             max_tokens = {max_tokens}
             [speculative]
@@ -396,7 +397,7 @@ def test_a_possible_but_wrong_table_heals_during_the_run(engine_for):
 
 
 def test_greedy_verification_runs_on_the_device_unless_logits_are_needed(engine_for):
-    engine = engine_for(DRAFTERS["whole chain"])
+    engine = engine_for(DRAFTERS["whole chain"], target_extra='backend_sampling = "on"')
     on_device = engine.generate(PROMPT, raw=True)
     assert engine.context.chooses_on_device(0)
     traced = engine.generate(PROMPT, raw=True, track_margins=True)       # margins need the logits
@@ -408,8 +409,9 @@ def test_greedy_verification_runs_on_the_device_unless_logits_are_needed(engine_
     assert engine.context.chooses_on_device(0)
 
 
-def test_backend_sampling_off_scans_the_logits_on_the_host(write_config, target_path):
-    config = write_config(f'[target]\nmodel = "{target_path}"\nbackend_sampling = false\n')
-    with Engine.from_config(config) as engine:
-        engine.generate(PROMPT, raw=True, max_tokens=4)
-        assert not engine.context.chooses_on_device(0)
+@pytest.mark.parametrize("setting", ['"off"', '"auto"'])
+def test_off_or_on_a_cpu_the_host_scans_the_logits(engine_for, setting):
+    engine = engine_for(DRAFTERS["ngram-simple"], target_extra=f"backend_sampling = {setting}")
+    assert not engine.model.offloaded                       # this build: the CPU alone
+    engine.generate(PROMPT, raw=True, max_tokens=4)
+    assert not engine.context.chooses_on_device(0)
