@@ -59,7 +59,7 @@ class Engine:
         self.n_threads = self.context.n_threads
         self.vocab = self.model.vocab
         try:
-            self.sampler({})
+            config_sampler = self.sampler({})
         except ParamError as exc:   # a biased token this vocabulary does not have
             raise ConfigError(config.where().at(f"sampling.{exc.key}", exc.problem)) from None
         self.calibration = Calibration(self.context, Calibration.identity(self.model.path, self.n_threads,
@@ -76,7 +76,7 @@ class Engine:
         # timed as their passes run.
         self.backend_sampling = {"on": True, "off": False}.get(t.backend_sampling, self.model.offloaded)
         for slot in range(slots):
-            self._choose_on_device(slot, self.sampler({}), None)
+            self._choose_on_device(slot, config_sampler, None)
 
     @classmethod
     def from_config(cls, path: str | os.PathLike | None, overrides: Sequence_[Layer] = ()) -> "Engine":

@@ -222,12 +222,12 @@ class Context(Handle):
         raw = self._lib.llama_get_logits(handle)
         rows = np.frombuffer(self._ffi.buffer(raw, 4 * n_out * self.n_vocab), dtype=np.float32)
         rows = rows.reshape(n_out, self.n_vocab)
+        sampled = self._lib.llama_get_sampled_token_ith
         outputs: list[np.ndarray] = []
         row = end = 0
         for s in segments:
             end += len(s.tokens)
             if s.n_logits and s.seq in self._device_samplers:
-                sampled = self._lib.llama_get_sampled_token_ith
                 outputs.append(np.array([sampled(handle, i) for i in range(end - s.n_logits, end)], dtype=np.int32))
             else:
                 outputs.append(rows[row:row + s.n_logits])
