@@ -1,8 +1,8 @@
 """The target's pass-cost table in an engine: the one in hand, else the stored one, else measured now.
 
-What a pass costs belongs to the model file, the build, the machine, the threads, the batch size and the other model
-settings (GPU offload, KV cache...), so the table is stored under a key of those (pass_cost.py says how it is
-measured, checked, stored and healed). Sizes: every
+What a pass costs belongs to the model file, the build and its CPU kernels (kernels.py), the machine, the threads, the
+batch size and the other model settings (GPU offload, KV cache...), so the table is stored under a key of those
+(pass_cost.py says how it is measured, checked, stored and healed). Sizes: every
 pass over one sequence's ``[last, draft...]`` up to 17 tokens (where the batch kernels' steps make costs jagged),
 then every eighth size and n_max + 1 (a drafter that drafts 64 tokens must not cost ten minutes of timing 65 sizes
 on a slow CPU: the sizes between are interpolated), and, when several sequences are decoded together, the passes
@@ -21,7 +21,7 @@ import numpy as np
 
 from specframe.drafting.catch_up import forget_model_rates
 from specframe.drafting.pass_cost import PassCost, PassCostStore
-from specframe.llama import Context, library_prefix
+from specframe.llama import Context, timing_identity
 from specframe.model_settings import ModelSettings
 from specframe.paths import cache_dir
 
@@ -42,7 +42,7 @@ class Calibration:
         path = pathlib.Path(model_path)
         stat = path.stat()
         return (f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{n_threads}:{n_batch}:"
-                f"{settings.settings_table()}:{library_prefix()}")
+                f"{settings.settings_table()}:{timing_identity()}")
 
     @staticmethod
     def sizes(n_max: int, slots: int, room: int) -> list[int]:

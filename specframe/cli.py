@@ -286,6 +286,7 @@ def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out):
 def calibrate(config, reset, as_json):
     """Show the target's pass-cost table (what a verification pass costs by size), measuring it when needed."""
     from specframe.engine import Engine
+    from specframe.llama import tiled_matmul_on
 
     with Engine(config) as engine:
         cost = engine.calibrate(reset=reset)
@@ -293,6 +294,7 @@ def calibrate(config, reset, as_json):
         if as_json:
             click.echo(json.dumps({"path": str(engine.pass_cost_store.path), "measured_at": cost.measured_at,
                                    "other_load": cost.other_load, "stored": cost.storable,
+                                   "tiled_matmul": tiled_matmul_on(),
                                    "seconds": {str(n): s for n, s in table.items()}}, indent=2))
             return
     import datetime
@@ -300,7 +302,8 @@ def calibrate(config, reset, as_json):
     when = ("unknown" if cost.measured_at is None
             else datetime.datetime.fromtimestamp(cost.measured_at).isoformat(timespec="seconds"))
     load = "unknown" if cost.other_load is None else f"{cost.other_load:.2f} cores"
-    click.echo(f"pass costs of {engine.model.path}: measured {when}, other processes' load {load}, "
+    click.echo(f"pass costs of {engine.model.path}: measured {when}, other processes' load {load}, ggml's tiled "
+               f"matmul {'on' if tiled_matmul_on() else 'off'}, "
                + (f"stored in {engine.pass_cost_store.path}" if cost.storable else "not stored"))
     click.echo("tokens     ms   x single pass   ms per token")
     for n, seconds in table.items():

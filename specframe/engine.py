@@ -27,7 +27,7 @@ from specframe.drafting.configured import ConfiguredDrafters
 from specframe.drafting.gain import PassShare, cheapest_calls
 from specframe.drafting.pass_cost import PassCost, PassCostStore
 from specframe.errors import ConfigError, ParamError, SpecframeError
-from specframe.llama import Context, ContextFullError, Model, Segment
+from specframe.llama import Context, ContextFullError, Model, Segment, choose_tiled_matmul
 from specframe.models import resolve_model
 from specframe.overrides import Layer
 from specframe.results import Generation, GenerationResult, RequestStats
@@ -51,6 +51,7 @@ class Engine:
         self.config = config
         self.slots = slots
         t = config.target
+        choose_tiled_matmul(t.cpu_tiled_matmul)   # before any pass: ggml reads it at the first
         try:
             self.model = Model(resolve_model(t.model, config.directory), t)
             self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_seq_max=slots)

@@ -91,6 +91,8 @@ BAD = [
      "drafter[0] (type 'draft-model').replace: expected a table of strings with non-empty keys, got {'<|im_end|>': 1}"),
     ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "draft-model"\nmodel = "{t}"\ntoken_mapping = "yes"\n',
      "drafter[0] (type 'draft-model').token_mapping: expected a string (one of 'auto', 'always', 'never'), got 'yes'"),
+    ('[target]\nmodel = "{t}"\ncpu_tiled_matmul = "yes"\n',
+     "target.cpu_tiled_matmul: expected a string (one of 'auto', 'on', 'off'), got 'yes'"),
     ('[target]\nmodel = "{t}"\n[speculative]\nacceptance = "greedy"\n',
      "speculative.acceptance: expected a string (one of 'rejection', 'match'), got 'greedy'"),
 ]

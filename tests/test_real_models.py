@@ -4,6 +4,8 @@ clone)."""
 import json
 import pathlib
 import statistics
+import subprocess
+import sys
 import time
 
 import pytest
@@ -245,3 +247,34 @@ def test_qwen_pair_beside_three_other_requests_keeps_the_targets_greedy_output(t
         verdicts = [compare(alone, beside, engine) for alone, beside in zip(plain, batched)]
     assert all(verdict.ok for verdict in verdicts), [str(verdict) for verdict in verdicts]
     assert sum(r.stats.n_accepted for r in batched) > 0
+
+
+LOGITS_OF_A_16_TOKEN_PASS = """
+import hashlib, sys
+import numpy as np
+from specframe.engine import Engine
+with Engine.from_config(sys.argv[1]) as engine:
+    logits = engine.context.decode(np.arange(100, 116, dtype=np.int32), 0, all_logits=True)   # a view: read here
+    print(hashlib.sha256(np.ascontiguousarray(logits).tobytes()).hexdigest())
+"""
+
+
+def test_cpu_tiled_matmul_reaches_ggml_in_the_engines_process(write_config):
+    """The setting decides which kernels multiply Qwen's Q6_K weights over 16 rows: their rounding differs, while
+    either is the same from run to run (the switch is read once per process, hence a process each)."""
+    def digest(setting: str) -> str:
+        config = write_config(f"""
+            [target]
+            model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+            n_ctx = 256
+            cpu_tiled_matmul = "{setting}"
+            [speculative]
+            enabled = false
+            """, name=f"{setting}.toml")
+        run = subprocess.run([sys.executable, "-c", LOGITS_OF_A_16_TOKEN_PASS, str(config)], capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    off = digest("off")
+    assert digest("on") != off == digest("off")

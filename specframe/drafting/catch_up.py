@@ -4,9 +4,9 @@ A model drafter must evaluate the prompt (and any token it missed) before it can
 costs a pass of its own. Where that costs more than its drafts could bring back (a CPU whose batches cost nearly
 their tokens one by one), the chain does not start the model on the prompt at all (chain.py); to know that at a
 run's first request, two rates timed in earlier runs are kept on disk, under a key of the drafter's type and
-settings, the threads and the build: the seconds per token of its catching up (timed over a begin) and of its
-drafting (fitted over its calls). A rate timed while other processes used the CPU is not stored, and a stored one
-ages as the pass-cost table does.
+settings, the threads, the build and its CPU kernels: the seconds per token of its catching up (timed over a begin)
+and of its drafting (fitted over its calls). A rate timed while other processes used the CPU is not stored, and a
+stored one ages as the pass-cost table does.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from specframe.drafting.chain import ChainEntry, DrafterChain, DrafterStats
 from specframe.drafting.pass_cost import PassCost
 from specframe.drafting.protocol import Drafter, DrafterEnv
 from specframe.errors import ParamError, SpecframeError
-from specframe.llama import library_prefix
+from specframe.llama import timing_identity
 
 if TYPE_CHECKING:
     from specframe.config import Config, DrafterConfig
@@ -82,7 +82,7 @@ class ConfiguredDrafters:
         entry = ChainEntry(drafter_cfg.name, drafter, drafter_cfg.drafter_type.plugin, DrafterStats())
         if drafter.uses_model:
             identity = (f"{drafter_cfg.type}:{drafter_cfg.params!r}:{self.env.n_threads}:{self.env.n_gpu_layers}:"
-                        f"{library_prefix()}")
+                        f"{timing_identity()}")
             key = hashlib.sha256(identity.encode()).hexdigest()[:16]
             entry.catch_up_store = ModelRateStore(catch_up_folder(), key)
             entry.record.catch_up = entry.catch_up_store.load()
