@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import os
 import pathlib
 import re
 import signal
@@ -44,11 +45,13 @@ import httpx
 from specframe.bench.workloads import workloads
 from specframe.config import Config, load_config
 from specframe.engine import Engine
-from specframe.llama import default_threads
+from specframe.llama import default_threads, kernels_beside
 from specframe.models import resolve_model
 from specframe.requantized import requantized
 
 HERE = pathlib.Path(__file__).resolve().parent
+# The environment the servers run in: as this benchmark started, before an engine here set ggml's kernel switch.
+LAUNCH_ENVIRONMENT = dict(os.environ)
 REPO = HERE.parent
 SLOTS = 4
 LLAMA_CPP_NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
@@ -115,7 +118,7 @@ def running(name: str, command: list[str], port: int, log: pathlib.Path) -> Iter
     with open(log, "w") as out:
         say(f"starting {name}: {' '.join(command)}")
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, env=LAUNCH_ENVIRONMENT)
         try:
             deadline = time.monotonic() + 600            # a first run may fetch models and measure pass costs
             while True:
@@ -287,7 +290,7 @@ def report(meta: dict, rows: list[Row], turns: dict[str, dict]) -> str:
     lines = [f"# Serving: specframe serve vs llama-server -np {SLOTS}", "",
              f"`{meta['command']}` on {meta['date']}; CPU: {meta['cpu']}; {meta['threads']} threads; "
              f"config `{meta['config']}`; {meta['requests']} requests per client count, a mix of "
-             f"{', '.join(meta['workloads'])}; greedy, streamed.", "",
+             f"{', '.join(meta['workloads'])}; greedy, streamed; {meta['kernels']}.", "",
              "| server | clients | tokens | wall s | aggregate tok/s | x fewest clients | latency median s | p90 s | "
              "first text median s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -380,7 +383,7 @@ def main() -> None:
     meta = {"command": " ".join(["python", *sys.argv]), "date": datetime.date.today().isoformat(),
             "cpu": cpu.group(1).strip() if cpu else "unknown", "threads": config.target.threads or default_threads(),
             "config": str(args.config), "requests": args.requests, "workloads": [w.name for w in chosen],
-            "commands": {name: command(0) for name, command in servers}}
+            "commands": {name: command(0) for name, command in servers}, "kernels": kernels_beside(LAUNCH_ENVIRONMENT)}
     args.out.write_text(report(meta, rows, turns))
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
                                                          "second_turn": turns, "requests": runs}, indent=1) + "\n")

@@ -149,3 +149,18 @@ def test_step_time_splits_each_run_into_its_passes_and_the_rest(step_time, write
         assert run.workload == "repeat" and f"{run.passes:4d} passes" in run.line()
     assert 0 < plain.passes < plain.tokens       # a pass a token, after the first text
     assert 0 < drafted.passes <= plain.passes and drafted.tokens == plain.tokens
+
+
+def test_llama_cpps_tools_run_with_the_kernels_the_benchmark_found(peers, tmp_path, monkeypatch):
+    """An engine in the benchmark's process sets ggml's tiled-matmul switch in its environment (cpu_tiled_matmul):
+    llama.cpp's tools must not inherit it, and the report names both sides' kernels."""
+    tool = tmp_path / "llama-tool"
+    tool.write_text('#!/bin/sh\necho "switch=${GGML_CPU_TILED_MM-unset}"\n')
+    tool.chmod(0o755)
+    monkeypatch.setattr(peers, "LAUNCH_ENVIRONMENT", {k: v for k, v in peers.LAUNCH_ENVIRONMENT.items()
+                                                      if k != "GGML_CPU_TILED_MM"})
+    monkeypatch.setenv("GGML_CPU_TILED_MM", "0")     # as an engine here would set it
+    run = peers.LlamaCpp(tmp_path, pathlib.Path("t.gguf"), pathlib.Path("d.gguf"), 2)._run("llama-tool", [])
+    assert run.stdout.strip() == "switch=unset"
+    assert peers.kernels_beside(peers.LAUNCH_ENVIRONMENT).endswith(
+        "GGML_CPU_TILED_MM unset (ggml's default: on) for llama.cpp's tools")

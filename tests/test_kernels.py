@@ -74,3 +74,11 @@ def test_stored_timings_are_keyed_by_the_choice(fresh_process, monkeypatch):
 
 def test_this_build_reports_its_cpu_features():
     assert "CPU :" in kernels.system_info()
+
+
+def test_a_report_names_the_kernels_of_both_sides(fresh_process):
+    fresh_process(AVX2)
+    kernels.choose_tiled_matmul("auto")
+    assert kernels.kernels_beside({}) == ("ggml's tiled K-quant matmul off in specframe, GGML_CPU_TILED_MM unset "
+                                          "(ggml's default: on) for llama.cpp's tools")
+    assert kernels.kernels_beside({"GGML_CPU_TILED_MM": "0"}).endswith("GGML_CPU_TILED_MM=0 for llama.cpp's tools")

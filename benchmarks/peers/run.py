@@ -32,10 +32,12 @@ from specframe.bench.workloads import workloads
 from specframe.config import tomllib
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
-from specframe.llama._native import library_prefix
+from specframe.llama import kernels_beside, library_prefix
 from specframe.models import resolve_model
 
 HERE = pathlib.Path(__file__).resolve().parent
+# The environment llama.cpp's tools run in: as this benchmark started, before an engine here set ggml's kernel switch.
+LAUNCH_ENVIRONMENT = dict(os.environ)
 REPO = HERE.parents[1]
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m"
@@ -196,7 +198,7 @@ class LlamaCpp:
         if not path.is_file():
             raise PeerError(f"{path} is missing: run benchmarks/peers/build.sh")
         proc = subprocess.run([str(path), *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace")
+                              errors="replace", env=LAUNCH_ENVIRONMENT)
         if proc.returncode != 0:
             tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
             raise PeerError(f"{tool} exited with {proc.returncode}: {tail[0]}")
@@ -285,7 +287,7 @@ class LlamaCppPython:
                    "threads": self.threads, "n_ctx": N_CTX, "flash_attn": self.flash_attn,
                    "prompt_lookup": prompt_lookup}
             proc = subprocess.run([str(self.python), str(HERE / "lcp_runner.py")], input=json.dumps(job),
-                                  capture_output=True, text=True)
+                                  capture_output=True, text=True, env=LAUNCH_ENVIRONMENT)
             if proc.returncode != 0:
                 raise PeerError(f"llama-cpp-python exited with {proc.returncode}: "
                                 f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
@@ -545,6 +547,7 @@ def report(meta: dict, plan: list[Comparison], prompts: list[Prompt], rows: list
         "for specframe's libllama, llama.cpp's tools and llama-cpp-python"
         + ("." if env["libllama_flags_match"] else
            f". **Warning: specframe's libllama ({env['libllama_prefix']}) was built with other flags.**"),
+        f"- CPU kernels: {env['kernels']}.",
         f"- specframe: commit `{env['specframe_commit']}`"
         + (", with uncommitted changes." if env["specframe_dirty"] else ", clean tree."),
         f"- Models: target `{env['target']}`, draft `{env['draft']}`; n_ctx {N_CTX}; greedy.",
@@ -663,7 +666,7 @@ def main() -> None:
     meta = {"command": " ".join(["python", *sys.argv]), "date": datetime.date.today().isoformat(),
             "duration": _minutes(time.monotonic() - started), "repeat": args.repeat,
             "measurements": len(records), "disturbed": sum(1 for r in records if r["other_load"]),
-            "environment": env}
+            "environment": env | {"kernels": kernels_beside(LAUNCH_ENVIRONMENT)}}
     text = report(meta, plan, prompts, rows)
     cuda_report = HERE.parent / "RESULTS-cuda.md"
     if not args.cuda and cuda_report.is_file():

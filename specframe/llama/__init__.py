@@ -2,11 +2,17 @@
 
 from specframe.llama._native import LlamaLibraryError, library_prefix, native
 from specframe.llama.context import Batch, Context, ContextFullError, DecodeError, Segment, default_threads
-from specframe.llama.kernels import choose_tiled_matmul, system_info, tiled_matmul_on, timing_identity
+from specframe.llama.kernels import (
+    choose_tiled_matmul,
+    kernels_beside,
+    system_info,
+    tiled_matmul_on,
+    timing_identity,
+)
 from specframe.llama.model import Model, Vocab, offload_devices
 
 __all__ = [
     "Batch", "Context", "ContextFullError", "DecodeError", "LlamaLibraryError", "Model", "Segment", "Vocab",
-    "choose_tiled_matmul", "default_threads", "library_prefix", "native", "offload_devices", "system_info",
-    "tiled_matmul_on", "timing_identity",
+    "choose_tiled_matmul", "default_threads", "kernels_beside", "library_prefix", "native", "offload_devices",
+    "system_info", "tiled_matmul_on", "timing_identity",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from typing import Mapping
 
 from specframe.llama._native import library_prefix, native
 
@@ -58,6 +59,15 @@ def tiled_matmul_on() -> bool:
 def timing_identity() -> str:
     """What a timing stored on disk depends on beyond the model and its settings: the build and the kernels."""
     return f"{library_prefix()}:tiled_matmul={'on' if tiled_matmul_on() else 'off'}"
+
+
+def kernels_beside(environment: Mapping[str, str]) -> str:
+    """For a benchmark's report: the kernels this process ran, and those of tools it started with ``environment``
+    (llama.cpp's own: the variable as the benchmark found it, not as an engine here set it)."""
+    theirs = environment.get(TILED_MATMUL_VARIABLE)
+    return (f"ggml's tiled K-quant matmul {'on' if tiled_matmul_on() else 'off'} in specframe, "
+            + (f"{TILED_MATMUL_VARIABLE} unset (ggml's default: on)" if theirs is None
+               else f"{TILED_MATMUL_VARIABLE}={theirs}") + " for llama.cpp's tools")
 
 
 def system_info() -> str:
