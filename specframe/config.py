@@ -18,13 +18,10 @@ from specframe.errors import ConfigError, ParamError, SpecframeError
 from specframe.files import file_problem, read_text
 from specframe.model_settings import ModelSettings
 from specframe.overrides import Layer, apply_overrides
-from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, param
+from specframe.params import AUTO_ON_OFF, INT32_MAX, MAX_DRAFT_TOKENS, param
 from specframe.plugins import DrafterType, Plugins, load_plugins
 from specframe.sampling import ACCEPTANCE_MODES, SamplingParams
 from specframe.validation import NO_FILE, Where, build_dataclass
-
-BACKEND_SAMPLING = ("auto", "on", "off")
-CPU_TILED_MATMUL = ("auto", "on", "off")
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,11 +35,11 @@ class TargetConfig(ModelSettings):
                             "or path to a GGUF file", model=True)
     n_ctx: int = param(4096, min=16, max=INT32_MAX, help="context size in tokens")
     n_batch: int = param(512, min=1, max=INT32_MAX, help="largest batch fed to llama_decode at once")
-    backend_sampling: str = param("auto", choices=BACKEND_SAMPLING,
+    backend_sampling: str = param("auto", choices=AUTO_ON_OFF,
                                   help="greedy choices made in the model's graph (llama.cpp's --backend-sampling): "
                                        "verifying a draft then copies token ids, not rows of logits, off the device "
                                        "(auto: where the model runs on a GPU; on a CPU the host's scan is faster)")
-    cpu_tiled_matmul: str = param("auto", choices=CPU_TILED_MATMUL,
+    cpu_tiled_matmul: str = param("auto", choices=AUTO_ON_OFF,
                                   help="ggml's tiled CPU kernels for K-quant weights it does not repack, taken from "
                                        "8 rows on (GGML_CPU_TILED_MM; one choice per process, the draft model's "
                                        "too): auto is off where the CPU kernels are AVX2 at most, on which they "

@@ -30,6 +30,7 @@ from specframe.errors import ConfigError, ParamError, SpecframeError
 from specframe.llama import Context, ContextFullError, Model, Segment, choose_tiled_matmul
 from specframe.models import resolve_model
 from specframe.overrides import Layer
+from specframe.params import forced
 from specframe.results import Generation, GenerationResult, RequestStats
 from specframe.sampling import ACCEPTANCE_MODES, SAMPLING_KEYS, TokenSampler, verify
 from specframe.sequence import Sequence
@@ -75,7 +76,8 @@ class Engine:
         # Greedy choices made in the graph where it pays (on a CPU, ggml's argmax took 1-2% longer than numpy's
         # scan of the logits), from the start when the config's requests are greedy: the pass-cost table is then
         # timed as their passes run.
-        self.backend_sampling = {"on": True, "off": False}.get(t.backend_sampling, self.model.offloaded)
+        backend_sampling = forced(t.backend_sampling)
+        self.backend_sampling = self.model.offloaded if backend_sampling is None else backend_sampling
         for slot in range(slots):
             self._choose_on_device(slot, config_sampler, None)
 

@@ -12,11 +12,10 @@ import math
 from dataclasses import dataclass
 
 from specframe.errors import ParamError
-from specframe.params import INT32_MAX, MAX_THREADS, param
+from specframe.params import AUTO_ON_OFF, INT32_MAX, MAX_THREADS, param
 
 KV_CACHE_TYPES = ("f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")   # llama.cpp's -ctk set
 QUANTIZED_KV_CACHE_TYPES = KV_CACHE_TYPES[3:]
-FLASH_ATTN = ("auto", "on", "off")
 SPLIT_MODES = ("layer", "none", "row")
 MAX_DEVICES = 16          # llama_max_devices(): how many GPUs llama.cpp's tensor_split describes
 MAX_MOE_LAYERS = 4096     # more layers than any model has; each is one alternative in one pattern
@@ -44,7 +43,7 @@ class ModelSettings:
     type_k: str = param("f16", choices=KV_CACHE_TYPES, help="KV cache type of the keys")
     type_v: str = param("f16", choices=KV_CACHE_TYPES,
                         help="KV cache type of the values (a quantized one needs flash_attn)")
-    flash_attn: str = param("auto", choices=FLASH_ATTN, help="Flash Attention (auto: where the device has it)")
+    flash_attn: str = param("auto", choices=AUTO_ON_OFF, help="Flash Attention (auto: where the device has it)")
     n_ubatch: int = param(0, min=0, max=INT32_MAX, help="physical batch: most tokens computed at once "
                                                          "(0: the batch size)")
     kv_unified: bool = param(False, help="one KV buffer for every slot (llama.cpp's --kv-unified): a pass over "

@@ -18,6 +18,12 @@ INT32_MAX = 2**31 - 1          # the largest value of the int32 / uint32 fields 
 MAX_DRAFT_TOKENS = 1024        # the longest draft any setting may ask for: a verify pass holds n_vocab logits each
 # More threads than this only slow llama.cpp down (they spin), and tens of thousands crash its OpenMP runtime.
 MAX_THREADS = 4 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+AUTO_ON_OFF = ("auto", "on", "off")   # a switch the user may force, or leave to what specframe finds
+
+
+def forced(setting: str) -> bool | None:
+    """An AUTO_ON_OFF setting as forced on (True) or off (False), or None for "auto"."""
+    return {"on": True, "off": False}.get(setting)
 
 
 def param(default=dataclasses.MISSING, *, help: str = "", min=None, max=None, choices=None, model: bool = False):

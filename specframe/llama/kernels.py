@@ -16,6 +16,7 @@ import re
 from typing import Mapping
 
 from specframe.llama._native import library_prefix, native
+from specframe.params import forced
 
 log = logging.getLogger("specframe.llama")
 
@@ -29,7 +30,7 @@ def choose_tiled_matmul(setting: str) -> bool:
     run. "auto": off where ggml's CPU kernels are AVX2 at most (measured slower there, see above), else what the
     environment says (ggml's default: on). A later engine of the same process asking otherwise is warned about."""
     global _chosen
-    wanted = {"on": True, "off": False}.get(setting)
+    wanted = forced(setting)
     if _chosen is None:
         if wanted is None and TILED_MATMUL_VARIABLE not in os.environ and _avx2_at_most():
             wanted = False
