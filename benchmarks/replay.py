@@ -10,10 +10,14 @@ same tokens, free of timing noise and of the near-ties batched verification brea
 workloads and ``--stdlib`` more made from the Python standard library: functions to refactor, module docstrings to
 quote from.
 
-Beside the sets, two ceilings: the oracle drafts the reply's next tokens; the copy ceiling drafts the longest stretch
+Beside the sets, three ceilings: the oracle drafts the reply's next tokens; the copy ceiling drafts the longest stretch
 of them found anywhere in the prompt or the reply so far, what a drafter that always copied from the right place
-would bring. What lies between the two is tokens only a model predicts (type hints added, a name changed, new words).
-Each draft of a ceiling is cut to the length with the most tokens per second.
+would bring; the best draft verifies, of the drafts the config's draftless drafters made at that step, the one with
+the most right tokens, cut where it goes wrong: what a chain that knew which of its drafts to trust, and how far,
+would bring. What lies between the oracle and the copy ceiling is tokens only a model predicts (type hints added, a
+name changed, new words); between the copy ceiling and the best draft, copies the drafters do not find; between the
+best draft and the chain, drafts the chain does not trust enough, or too much. Each draft of a ceiling is cut to the
+length with the most tokens per second.
 
 The sets: each draftless drafter of the config alone, their chain, and each ``--drafters`` list at its defaults
 (drafters that run a model are left out: their cost is their own calls' time, not the table's).
@@ -101,16 +105,50 @@ def longest_copy(tokens: np.ndarray, start: int, n_max: int) -> int:
     return best
 
 
-def ceiling(n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int, copy_only: bool) -> float:
-    """Plain decoding's seconds for the reply over those of the passes a knowing drafter needs."""
+def right_tokens(draft: np.ndarray, reply: np.ndarray) -> int:
+    """How many leading tokens of ``draft`` the reply (from the draft's position on) confirms."""
+    n = min(len(draft), len(reply))
+    wrong = np.flatnonzero(draft[:n] != reply[:n])
+    return int(wrong[0]) if wrong.size else n
+
+
+def knowing(n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int, known, heard=None) -> float:
+    """Plain decoding's seconds for the reply over those of the passes a drafter needs that knows, at each position,
+    ``known(at, room)`` of the reply's next tokens (at most ``room``), each draft cut to the length with the most
+    tokens per second; ``heard(at, k)`` is told each pass's cut."""
     seconds, at, end = 0.0, n_prompt, len(tokens)
     while at < end:
-        room = min(n_max, end - at - 1)
-        known = longest_copy(tokens, at, room) if copy_only else room
-        k = best_cut(np.ones(known), cost)[0] if known else 0
+        length = known(at, min(n_max, end - at - 1))
+        k = best_cut(np.ones(length), cost)[0] if length else 0
+        if heard is not None:
+            heard(at, k)
         seconds += cost.seconds(1 + k)
         at += k + 1
     return (end - n_prompt) * cost.seconds(1) / seconds
+
+
+def ceiling(n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int, copy_only: bool) -> float:
+    """The oracle's speedup, or the copy ceiling's (``copy_only``)."""
+    return knowing(n_prompt, tokens, cost, n_max,
+                   lambda at, room: longest_copy(tokens, at, room) if copy_only else room)
+
+
+def best_draft(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int) -> float:
+    """The speedup of verifying, at each step, the chain's drafter's draft with the most right tokens, cut where it
+    goes wrong. The chain hears what each pass emitted, as in ``replayed``, so its drafters draft on as they would."""
+    chain.cost = cost
+    chain.begin(tokens[:n_prompt])
+    chosen = np.empty(0, dtype=np.int32)
+
+    def known(at: int, room: int) -> int:
+        nonlocal chosen
+        chosen = chain.draft(tokens[:at], room).tokens
+        return max((right_tokens(draft[:room], tokens[at:]) for draft in chain.step_drafts().values()), default=0)
+
+    def heard(at: int, k: int) -> None:
+        chain.accept(min(right_tokens(chosen, tokens[at:]), k), tokens[at:at + k + 1])
+
+    return knowing(n_prompt, tokens, cost, n_max, known, heard)
 
 
 def replayed(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int) -> float:
@@ -120,21 +158,26 @@ def replayed(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: PassC
     seconds, at, end = 0.0, n_prompt, len(tokens)
     while at < end:
         draft = chain.draft(tokens[:at], min(n_max, end - at - 1)).tokens
-        wrong = np.flatnonzero(draft != tokens[at:at + len(draft)])
-        accepted = int(wrong[0]) if wrong.size else len(draft)
+        accepted = right_tokens(draft, tokens[at:])
         seconds += cost.seconds(1 + len(draft))
         chain.accept(accepted, tokens[at:at + accepted + 1])
         at += accepted + 1
     return (end - n_prompt) * cost.seconds(1) / seconds
 
 
+def draftless(engine: Engine) -> list[str]:
+    """The names of the config's drafters that run no model."""
+    types = load_plugins().drafter_types()
+    return [d.name for d in engine.config.drafters if not types[d.type].cls.uses_model]
+
+
 def drafter_sets(engine: Engine, extra: list[str]) -> dict[str, object]:
     """Set label -> a function making a fresh chain of it."""
     types = load_plugins().drafter_types()
-    draftless = [d.name for d in engine.config.drafters if not types[d.type].cls.uses_model]
-    sets: dict[str, object] = {name: (lambda names=[name]: engine.chain(names)) for name in draftless}
-    if len(draftless) > 1:
-        sets["chain of " + ", ".join(draftless)] = lambda: engine.chain(draftless)
+    names = draftless(engine)
+    sets: dict[str, object] = {name: (lambda one=[name]: engine.chain(one)) for name in names}
+    if len(names) > 1:
+        sets["chain of " + ", ".join(names)] = lambda: engine.chain(names)
     for spec in extra:
         chosen = [t.strip() for t in spec.split(",") if t.strip()]
         unknown = [t for t in chosen if t not in types or types[t].cls.uses_model]
@@ -163,9 +206,10 @@ def main() -> None:
         n_max = engine.config.speculative.n_max
         prompts = {w.name: (w.prompt, w.max_tokens) for w in workloads(args.workload)} | stdlib_prompts(args.stdlib)
         sets = drafter_sets(engine, args.drafters)
+        own = draftless(engine)
         print(f"pass-cost table: single pass {1e3 * cost.seconds(1):.1f} ms; n_max {n_max}; modeled speedup over "
               "plain decoding")
-        columns = ["oracle", "copy ceiling", *sets]
+        columns = ["oracle", "copy ceiling", "best draft", *sets]
         print(" | ".join(["prompt", "tokens", *columns]))
         speedups: dict[str, list[float]] = {c: [] for c in columns}
         for label, (text, budget) in prompts.items():
@@ -173,6 +217,8 @@ def main() -> None:
             tokens = np.concatenate([prompt, reference_reply(engine, prompt, budget)])
             row = [ceiling(len(prompt), tokens, cost, n_max, copy_only=False),
                    ceiling(len(prompt), tokens, cost, n_max, copy_only=True)]
+            engine.forget_drafters()
+            row.append(best_draft(engine.chain(own), len(prompt), tokens, cost, n_max))
             for make in sets.values():
                 engine.forget_drafters()
                 row.append(replayed(make(), len(prompt), tokens, cost, n_max))

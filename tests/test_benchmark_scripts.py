@@ -100,16 +100,21 @@ def test_the_ceilings_price_the_passes_a_knowing_drafter_needs(replay):
 
 
 class Reading(Drafter):
-    """Drafts what the reply holds next, or nothing."""
+    """Drafts what the reply holds next, wrong from its token ``right`` on (never, when None), or nothing."""
 
     name = "reading"
 
-    def __init__(self, reply, knows):
+    def __init__(self, reply, knows, right=None):
         super().__init__(None, None)
-        self.reply, self.knows = reply, knows
+        self.reply, self.knows, self.right = reply, knows, right
 
     def draft(self, history, n_max):
-        return Draft.of(self.reply[len(history):len(history) + n_max]) if self.knows else NO_DRAFT
+        if not self.knows:
+            return NO_DRAFT
+        tokens = self.reply[len(history):len(history) + n_max].copy()
+        if self.right is not None:
+            tokens[self.right:] += 1000
+        return Draft.of(tokens)
 
 
 def test_a_replayed_chain_is_priced_by_the_passes_its_drafts_take(replay):
@@ -164,3 +169,31 @@ def test_llama_cpps_tools_run_with_the_kernels_the_benchmark_found(peers, tmp_pa
     assert run.stdout.strip() == "switch=unset"
     assert peers.kernels_beside(peers.LAUNCH_ENVIRONMENT).endswith(
         "GGML_CPU_TILED_MM unset (ggml's default: on) for llama.cpp's tools")
+
+
+def test_the_best_draft_ceiling_verifies_the_draft_with_the_most_right_tokens(replay):
+    cost = PassCost({1: 0.1, 2: 0.12, 4: 0.15, 8: 0.2, 16: 0.3, 17: 0.32})
+    tokens = np.arange(200, dtype=np.int32)
+
+    def chain_of(*drafters):
+        entries = [ChainEntry(f"d{i}", d, "test", DrafterStats()) for i, d in enumerate(drafters)]
+        return DrafterChain(entries, 2000, cost=cost)
+
+    chain = chain_of(Reading(tokens, True, right=0), Reading(tokens, True, right=3))
+    chain.begin(tokens[:8])
+    chain.draft(tokens[:8], 16)
+    assert [len(d) for d in chain.step_drafts().values()] == [16, 16]      # as made, whichever was chosen
+    chain.accept(0, tokens[8:9])
+    assert chain.step_drafts() == {}
+
+    oracle = replay.ceiling(8, tokens, cost, 16, copy_only=False)
+    # whatever the chain would choose (the wrong drafter comes first), the ceiling verifies the right one
+    assert replay.best_draft(chain_of(Reading(tokens, True, right=0), Reading(tokens, True)), 8, tokens, cost,
+                             16) == pytest.approx(oracle)
+    assert replay.best_draft(chain_of(Reading(tokens, True, right=0)), 8, tokens, cost, 16) == pytest.approx(1.0)
+    three = replay.knowing(8, tokens, cost, 16, lambda at, room: min(3, room))
+    partly = chain_of(Reading(tokens, True, right=0), Reading(tokens, True, right=3))
+    assert replay.best_draft(partly, 8, tokens, cost, 16) == pytest.approx(three)
+    assert 1.0 < three < oracle
+    stats = [entry.stats for entry in partly.entries]
+    assert all(s.accepted_tokens <= s.drafted_tokens for s in stats)     # told what the passes confirmed of its drafts

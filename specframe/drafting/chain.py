@@ -196,6 +196,11 @@ class DrafterChain:
         chosen.entry.stats.drafted_tokens += len(chosen.draft)
         return chosen.draft
 
+    def step_drafts(self) -> dict[str, np.ndarray]:
+        """The drafts this step's drafters made, by drafter, as they made them (uncut): what an observer compares
+        the chosen draft with, until ``accept``."""
+        return {candidate.entry.label: candidate.draft.tokens for candidate in self._candidates}
+
     def accept(self, n_accepted: int, emitted: np.ndarray | list[int]) -> None:
         """The target accepted ``n_accepted`` tokens of the chosen draft and emitted ``emitted`` (those and its own
         next token). Every draft of this step is scored against them, and its drafter hears ``accept`` once they
