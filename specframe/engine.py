@@ -308,8 +308,10 @@ class Engine:
     def _begin(self, s: Sequence) -> None:
         """The prompt is in: drafters see it, and generation starts."""
         if s.chain is not None:
-            if self.calibration.cost is not None:
+            if self.calibration.cost is not None:     # a first run measures the table here: not the prompt's time
+                start = time.perf_counter()
                 self.calibration.heal(self._pass_sizes(s.n_past), s.seq, s.n_past)
+                s.stats.calibration_seconds += time.perf_counter() - start
             # Drafters sample (and give their distributions) only where rejection sampling will use them.
             s.chain.begin(s.history, None if s.sampler.greedy or s.acceptance == "match" else s.sampler.params)
         s.start_generating()

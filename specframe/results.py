@@ -17,9 +17,10 @@ class RequestStats:
     n_drafted: int = 0
     n_accepted: int = 0
     n_target_passes: int = 0        # target forward passes after the prompt
-    prompt_seconds: float = 0.0
-    generation_seconds: float = 0.0  # decoding; a re-measurement of a stale pass-cost table is counted apart
-    calibration_seconds: float = 0.0
+    prompt_seconds: float = 0.0      # evaluating the prompt (the target's, and a draft model's catching up)
+    generation_seconds: float = 0.0  # decoding
+    calibration_seconds: float = 0.0  # measuring or checking the pass-cost table (a first run's, or a stale one's):
+                                      # counted apart from both
     drafters: dict = field(default_factory=dict)
 
     @property

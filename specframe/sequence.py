@@ -48,6 +48,7 @@ class Sequence:
         self._new_pieces: list[str] = []
         self._started = time.perf_counter()
         self._generation_start: float | None = None
+        self._calibrated_before = 0.0     # seconds of pass-cost measuring before generation started
         if chain is not None:
             for entry in chain.entries:
                 entry.stats = DrafterStats()
@@ -65,7 +66,8 @@ class Sequence:
 
     def start_generating(self) -> None:
         self._generation_start = time.perf_counter()
-        self.stats.prompt_seconds = self._generation_start - self._started
+        self._calibrated_before = self.stats.calibration_seconds
+        self.stats.prompt_seconds = self._generation_start - self._started - self._calibrated_before
 
     @property
     def history(self) -> np.ndarray:
@@ -125,7 +127,8 @@ class Sequence:
         if self._generation_start is None:
             stats.prompt_seconds = now - self._started
         else:
-            stats.generation_seconds = now - self._generation_start - stats.calibration_seconds
+            stats.generation_seconds = (now - self._generation_start
+                                        - (stats.calibration_seconds - self._calibrated_before))
         stats.n_generated = len(self.generated)
         if self.chain is not None:
             stats.drafters = self.chain.stats()

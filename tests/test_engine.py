@@ -12,6 +12,7 @@ from specframe.drafting.gain import DrafterRecord
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
+from specframe.stats_text import format_stats
 from specframe.testing.lossless import compare
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
@@ -261,7 +262,9 @@ def test_a_draft_model_that_cannot_pay_for_the_prompt_is_not_begun_by_a_later_ru
 
     from specframe.paths import cache_dir
 
-    monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)   # the store, not this machine's load
+    # the stores, not this machine's load: a rate timed while another process ran would not be stored
+    monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)
+    monkeypatch.setattr("specframe.drafting.chain.others_busy", lambda *_: 0.0)
     prompt = " ".join([PROMPT] * 3)
     first = engine_for(DRAFTERS["draft-model"], speculative="adaptive = true")
     plain = first.generate(prompt, speculative=False, raw=True, max_tokens=40)
@@ -288,7 +291,9 @@ def test_a_draft_model_whose_drafting_cannot_pay_is_not_begun_by_a_later_run(eng
 
     from specframe.paths import cache_dir
 
-    monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)   # the store, not this machine's load
+    # the stores, not this machine's load: a rate timed while another process ran would not be stored
+    monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)
+    monkeypatch.setattr("specframe.drafting.chain.others_busy", lambda *_: 0.0)
     prompt = " ".join([PROMPT] * 3)
     first = engine_for(DRAFTERS["draft-model"], speculative="adaptive = true")
     plain = first.generate(prompt, speculative=False, raw=True, max_tokens=40)
@@ -385,6 +390,20 @@ def test_a_table_the_loop_found_stale_is_spot_checked_and_kept_not_measured_agai
     assert engine.pass_cost is cost and not cost.stale
     assert cost.measured_at == measured_at and cost.measured == table      # kept, not measured again
     assert any("kept the pass costs: a spot check of 9/16 token(s)" in r.getMessage() for r in caplog.records)
+
+
+def test_a_first_runs_measuring_of_the_pass_costs_is_counted_apart_from_prompt_and_decoding(engine_for):
+    engine = engine_for(DRAFTERS["prompt-lookup"], speculative="adaptive = true")
+    assert engine.pass_cost_store.load() is None            # the first run on this machine: no table stored yet
+    first = engine.generate(PROMPT, raw=True, max_tokens=8)
+    stats = first.stats
+    assert engine.pass_cost_store.load() is not None and stats.calibration_seconds > 0
+    assert stats.prompt_seconds < stats.calibration_seconds / 2      # 17 prompt tokens against ~40 timed passes
+    assert stats.prompt_seconds > 0 and stats.generation_seconds > 0
+    assert ("pass costs: measured or checked in" in format_stats(first)) == (stats.calibration_seconds >= 0.1)
+    again = engine.generate(PROMPT, raw=True, max_tokens=8)
+    assert again.stats.calibration_seconds < stats.calibration_seconds / 10   # the table is in hand
+    assert "pass costs:" not in format_stats(again)
 
 
 def test_a_possible_but_wrong_table_heals_during_the_run(engine_for):
