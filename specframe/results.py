@@ -19,8 +19,8 @@ class RequestStats:
     n_target_passes: int = 0        # target forward passes after the prompt
     prompt_seconds: float = 0.0      # evaluating the prompt (the target's, and a draft model's catching up)
     generation_seconds: float = 0.0  # decoding
-    calibration_seconds: float = 0.0  # measuring or checking the pass-cost table (a first run's, or a stale one's):
-                                      # counted apart from both
+    calibration_seconds: float = 0.0  # measuring or checking the pass-cost table (a first run's, or a stale one's),
+    preparing_seconds: float = 0.0    # and making drafters ready on first use (a draft model's load): counted apart
     drafters: dict = field(default_factory=dict)
 
     @property

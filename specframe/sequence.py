@@ -48,7 +48,7 @@ class Sequence:
         self._new_pieces: list[str] = []
         self._started = time.perf_counter()
         self._generation_start: float | None = None
-        self._calibrated_before = 0.0     # seconds of pass-cost measuring before generation started
+        self._set_up_before = 0.0         # seconds of setting up (below) before generation started
         if chain is not None:
             for entry in chain.entries:
                 entry.stats = DrafterStats()
@@ -66,8 +66,15 @@ class Sequence:
 
     def start_generating(self) -> None:
         self._generation_start = time.perf_counter()
-        self._calibrated_before = self.stats.calibration_seconds
-        self.stats.prompt_seconds = self._generation_start - self._started - self._calibrated_before
+        self._set_up_before = self._setting_up()
+        self.stats.prompt_seconds = self._generation_start - self._started - self._set_up_before
+
+    def _setting_up(self) -> float:
+        """Seconds so far of what is neither prompt nor decoding: measuring the pass costs, and making drafters
+        ready on first use (a draft model's load)."""
+        if self.chain is not None:
+            self.stats.preparing_seconds = sum(entry.stats.prepare_ms for entry in self.chain.entries) / 1e3
+        return self.stats.calibration_seconds + self.stats.preparing_seconds
 
     @property
     def history(self) -> np.ndarray:
@@ -127,8 +134,7 @@ class Sequence:
         if self._generation_start is None:
             stats.prompt_seconds = now - self._started
         else:
-            stats.generation_seconds = (now - self._generation_start
-                                        - (stats.calibration_seconds - self._calibrated_before))
+            stats.generation_seconds = now - self._generation_start - (self._setting_up() - self._set_up_before)
         stats.n_generated = len(self.generated)
         if self.chain is not None:
             stats.drafters = self.chain.stats()

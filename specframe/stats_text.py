@@ -19,9 +19,12 @@ def format_stats(result: GenerationResult, speculative: bool = True) -> str:
         f"generated: {s.n_generated} tokens in {s.generation_seconds:.2f} s ({s.tokens_per_second:.2f} tokens/s), "
         f"{s.n_target_passes} target passes ({s.tokens_per_pass:.2f} tokens/pass), stop: {result.stop_reason}",
     ]
-    if s.calibration_seconds >= 0.1:
-        lines.append(f"pass costs: measured or checked in {s.calibration_seconds:.2f} s, counted in neither time "
-                     "above (a first run on this machine measures them; `specframe calibrate` shows them)")
+    setting_up = [f"{what} in {seconds:.2f} s" for what, seconds in
+                  (("pass costs measured or checked", s.calibration_seconds),
+                   ("drafters made ready", s.preparing_seconds)) if seconds >= 0.1]
+    if setting_up:
+        lines.append(f"setup: {', '.join(setting_up)}, counted in neither time above (a first run on this machine "
+                     "measures the pass costs: `specframe calibrate` shows them)")
     if speculative:
         lines.append(f"drafted: {s.n_drafted}, accepted: {s.n_accepted} ({100 * s.acceptance_rate:.1f} %), "
                      f"{s.n_drafts} drafts, mean accepted length {s.mean_accepted_length:.2f}")

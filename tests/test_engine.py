@@ -2,6 +2,7 @@
 
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -262,9 +263,7 @@ def test_a_draft_model_that_cannot_pay_for_the_prompt_is_not_begun_by_a_later_ru
 
     from specframe.paths import cache_dir
 
-    # the stores, not this machine's load: a rate timed while another process ran would not be stored
-    monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)
-    monkeypatch.setattr("specframe.drafting.chain.others_busy", lambda *_: 0.0)
+    monkeypatch.setattr("specframe.drafting.chain.other_load", lambda *_: 0.0)   # the store, not this machine's load
     prompt = " ".join([PROMPT] * 3)
     first = engine_for(DRAFTERS["draft-model"], speculative="adaptive = true")
     plain = first.generate(prompt, speculative=False, raw=True, max_tokens=40)
@@ -400,10 +399,32 @@ def test_a_first_runs_measuring_of_the_pass_costs_is_counted_apart_from_prompt_a
     assert engine.pass_cost_store.load() is not None and stats.calibration_seconds > 0
     assert stats.prompt_seconds < stats.calibration_seconds / 2      # 17 prompt tokens against ~40 timed passes
     assert stats.prompt_seconds > 0 and stats.generation_seconds > 0
-    assert ("pass costs: measured or checked in" in format_stats(first)) == (stats.calibration_seconds >= 0.1)
+    assert ("pass costs measured or checked in" in format_stats(first)) == (stats.calibration_seconds >= 0.1)
     again = engine.generate(PROMPT, raw=True, max_tokens=8)
     assert again.stats.calibration_seconds < stats.calibration_seconds / 10   # the table is in hand
-    assert "pass costs:" not in format_stats(again)
+    assert "pass costs measured" not in format_stats(again)
+
+
+def test_a_draft_models_load_on_first_use_is_counted_apart_from_prompt_and_decoding(engine_for, monkeypatch):
+    from specframe.drafters.draft_model import DraftModelDrafter
+
+    loading = DraftModelDrafter.prepare
+
+    def slow_to_load(self):
+        if not self._ready:
+            time.sleep(1.0)           # a real draft model on a CPU: seconds
+        loading(self)
+
+    monkeypatch.setattr(DraftModelDrafter, "prepare", slow_to_load)
+    engine = engine_for(DRAFTERS["draft-model"])
+    first = engine.generate(PROMPT, raw=True, max_tokens=20)
+    stats = first.stats
+    assert stats.drafters["draft-model"]["prepare_ms"] >= 1000
+    assert stats.preparing_seconds == pytest.approx(stats.drafters["draft-model"]["prepare_ms"] / 1e3)
+    assert stats.prompt_seconds < 0.5 and stats.generation_seconds < 0.5     # the synthetic model's milliseconds
+    assert "drafters made ready in 1." in format_stats(first)
+    again = engine.generate(PROMPT, raw=True, max_tokens=20)                  # loaded already
+    assert again.stats.preparing_seconds == 0 and "drafters made ready" not in format_stats(again)
 
 
 def test_a_possible_but_wrong_table_heals_during_the_run(engine_for):
