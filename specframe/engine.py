@@ -308,10 +308,8 @@ class Engine:
     def _begin(self, s: Sequence) -> None:
         """The prompt is in: drafters see it, and generation starts."""
         if s.chain is not None:
-            if self.calibration.cost is not None:     # a first run measures the table here: not the prompt's time
-                start = time.perf_counter()
-                self.calibration.heal(self._pass_sizes(s.n_past), s.seq, s.n_past)
-                s.stats.calibration_seconds += time.perf_counter() - start
+            if self.calibration.cost is not None:     # a first run measures the table here
+                self._heal_pass_cost([s])
             # Drafters sample (and give their distributions) only where rejection sampling will use them.
             s.chain.begin(s.history, None if s.sampler.greedy or s.acceptance == "match" else s.sampler.params)
         s.start_generating()
@@ -321,8 +319,8 @@ class Engine:
         return Calibration.sizes(self.config.speculative.n_max, self.slots, room)
 
     def _heal_pass_cost(self, generating: list[Sequence]) -> None:
-        """The table went stale: check it, and measure it again if need be, on the first sequence's memory; the
-        time is not decoding's."""
+        """Have the table (measured if there is none; a stale one checked, and measured again if need be) on the
+        first sequence's memory; the time is counted as calibration, neither the prompt's nor decoding's."""
         first = generating[0]
         start = time.perf_counter()
         self.calibration.heal(self._pass_sizes(first.n_past), first.seq, first.n_past)

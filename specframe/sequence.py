@@ -72,9 +72,11 @@ class Sequence:
     def _setting_up(self) -> float:
         """Seconds so far of what is neither prompt nor decoding: measuring the pass costs, and making drafters
         ready on first use (a draft model's load)."""
-        if self.chain is not None:
-            self.stats.preparing_seconds = sum(entry.stats.prepare_ms for entry in self.chain.entries) / 1e3
-        return self.stats.calibration_seconds + self.stats.preparing_seconds
+        return self.stats.calibration_seconds + self._preparing()
+
+    def _preparing(self) -> float:
+        """Seconds so far of making this request's drafters ready on first use."""
+        return sum(entry.stats.prepare_ms for entry in self.chain.entries) / 1e3 if self.chain is not None else 0.0
 
     @property
     def history(self) -> np.ndarray:
@@ -136,6 +138,7 @@ class Sequence:
         else:
             stats.generation_seconds = now - self._generation_start - (self._setting_up() - self._set_up_before)
         stats.n_generated = len(self.generated)
+        stats.preparing_seconds = self._preparing()
         if self.chain is not None:
             stats.drafters = self.chain.stats()
         tail = self._text.finish()
