@@ -271,6 +271,17 @@ def test_an_unrelated_request_leaves_a_conversation_s_slot_alone(config_path):
         assert second.model_extra["timings"]["cache_n"] >= answer.usage.prompt_tokens
 
 
+def test_a_request_asked_again_finds_its_slot_though_its_answer_outgrew_its_prompt(config_path):
+    with serving(config_path, slots=2) as running:
+        client = running.client()
+        first = chat(client, "target", PROMPTS[0], max_tokens=96)
+        again = chat(client, "target", PROMPTS[1], max_tokens=96)
+        assert again.usage.completion_tokens > again.usage.prompt_tokens   # its slot keeps under half for it
+        repeated = chat(client, "target", PROMPTS[1], max_tokens=8)      # the other slot is the least recent
+        assert repeated.model_extra["timings"]["cache_n"] == again.usage.prompt_tokens - 1
+        assert first.model_extra["timings"]["cache_n"] == 0
+
+
 def test_metrics_count_drafts_per_drafter_and_position(server):
     chat(server.client(), "target", PROMPTS[1], max_tokens=40)
     samples = server.metrics()

@@ -7,8 +7,9 @@ pieces, then ``Finished``. A job that the client gave up on is cancelled, and it
 Continuous batching: every step is one target pass over all the slots that hold a request (engine.step). A
 waiting request takes the free slot whose memory shares the longest prefix with its prompt, so only the rest is
 evaluated: a chat's next turn finds its history in place. A slot counts only if that prefix is at least half of
-what it holds (as llama-server's similarity rule: a shared system prompt is not worth another conversation's
-memory); otherwise the request takes the slot used least recently, an empty one first.
+what it holds (a shared system prompt is not worth another conversation's memory), or if it holds the whole prompt
+(a request asked again, whose answer outgrew its prompt); otherwise the request takes the slot used least
+recently, an empty one first.
 """
 
 from __future__ import annotations
@@ -246,9 +247,10 @@ class Scheduler:
 
     @staticmethod
     def _reusable(engine: Engine, slot: int, tokens: np.ndarray) -> int:
-        """The prompt tokens the slot's memory would spare evaluating, if it keeps at least half of it."""
+        """The prompt tokens the slot's memory would spare evaluating, if that keeps at least half of it or the
+        whole prompt (all but the last token, which is always fed anew)."""
         common = engine.cached_prefix(slot, tokens)
-        return common if 2 * common >= engine.kept(slot) else 0
+        return common if 2 * common >= engine.kept(slot) or common == tokens.size - 1 else 0
 
     def _publish(self, engine: Engine) -> None:
         for slot, (job, sequence) in list(self._active.items()):
