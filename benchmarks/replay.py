@@ -42,6 +42,7 @@ from specframe.engine import Engine
 from specframe.files import atomic_write
 from specframe.paths import cache_dir
 from specframe.plugins import load_plugins
+from specframe.prefix import common_prefix
 
 STDLIB_CODE = ("textwrap", "shlex", "csv", "fractions", "statistics", "calendar", "heapq", "bisect", "colorsys",
                "difflib", "fnmatch", "glob", "gzip", "netrc", "quopri", "sched", "string", "zipapp", "base64", "getopt",
@@ -105,13 +106,6 @@ def longest_copy(tokens: np.ndarray, start: int, n_max: int) -> int:
     return best
 
 
-def right_tokens(draft: np.ndarray, reply: np.ndarray) -> int:
-    """How many leading tokens of ``draft`` the reply (from the draft's position on) confirms."""
-    n = min(len(draft), len(reply))
-    wrong = np.flatnonzero(draft[:n] != reply[:n])
-    return int(wrong[0]) if wrong.size else n
-
-
 def knowing(n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int, known, heard=None) -> float:
     """Plain decoding's seconds for the reply over those of the passes a drafter needs that knows, at each position,
     ``known(at, room)`` of the reply's next tokens (at most ``room``), each draft cut to the length with the most
@@ -143,10 +137,10 @@ def best_draft(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: Pas
     def known(at: int, room: int) -> int:
         nonlocal chosen
         chosen = chain.draft(tokens[:at], room).tokens
-        return max((right_tokens(draft[:room], tokens[at:]) for draft in chain.step_drafts().values()), default=0)
+        return max((common_prefix(draft[:room], tokens[at:]) for draft in chain.step_drafts().values()), default=0)
 
     def heard(at: int, k: int) -> None:
-        chain.accept(min(right_tokens(chosen, tokens[at:]), k), tokens[at:at + k + 1])
+        chain.accept(min(common_prefix(chosen, tokens[at:]), k), tokens[at:at + k + 1])
 
     return knowing(n_prompt, tokens, cost, n_max, known, heard)
 
@@ -158,7 +152,7 @@ def replayed(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: PassC
     seconds, at, end = 0.0, n_prompt, len(tokens)
     while at < end:
         draft = chain.draft(tokens[:at], min(n_max, end - at - 1)).tokens
-        accepted = right_tokens(draft, tokens[at:])
+        accepted = common_prefix(draft, tokens[at:])
         seconds += cost.seconds(1 + len(draft))
         chain.accept(accepted, tokens[at:at + accepted + 1])
         at += accepted + 1

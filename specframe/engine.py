@@ -31,6 +31,7 @@ from specframe.llama import Context, ContextFullError, Model, Segment, choose_ti
 from specframe.models import resolve_model
 from specframe.overrides import Layer
 from specframe.params import forced
+from specframe.prefix import common_prefix
 from specframe.results import Generation, GenerationResult, RequestStats
 from specframe.sampling import ACCEPTANCE_MODES, SAMPLING_KEYS, TokenSampler, verify
 from specframe.sequence import Sequence
@@ -174,9 +175,7 @@ class Engine:
         kept = self._kept[slot]
         if self.context.positions(slot) != len(kept):   # someone else used the context: trust nothing
             return 0
-        n = min(len(kept), prompt.size - 1)
-        differ = np.flatnonzero(kept[:n] != prompt[:n])
-        return int(differ[0]) if differ.size else n
+        return common_prefix(kept, prompt[:-1])
 
     def kept(self, slot: int) -> int:
         """How many tokens sequence ``slot`` holds in memory from its last request."""

@@ -28,6 +28,7 @@ import numpy as np
 
 from specframe.errors import ParamError
 from specframe.params import INT32_MAX, param, within_bounds
+from specframe.prefix import common_prefix
 
 ACCEPTANCE_MODES = ("rejection", "match")
 
@@ -181,8 +182,7 @@ def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | Non
     k = len(tokens)
     if sampler.chooses_as_argmax:
         choices = logits[:k + 1] if logits.ndim == 1 else np.argmax(logits[:k + 1], axis=1)
-        mismatch = np.flatnonzero(choices[:k] != tokens)
-        n = int(mismatch[0]) if mismatch.size else k
+        n = common_prefix(choices[:k], tokens)
         return n, choices[:n + 1].tolist()
     rejection_probs = draft_probs if acceptance == "rejection" else None
     emitted = []

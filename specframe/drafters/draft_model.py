@@ -35,6 +35,7 @@ from specframe.llama import Context, Model
 from specframe.llama.quantize import QUANT_TYPES
 from specframe.model_settings import ModelSettings
 from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, param
+from specframe.prefix import common_prefix
 from specframe.requantized import requantized
 from specframe.sampling import SamplingParams, TokenSampler
 
@@ -229,8 +230,7 @@ class DraftModelDrafter(Drafter):
         the logits after the last token."""
         length = len(tokens)
         start, stop = min(unchanged, self._n_synced), min(self._n_kv, length)
-        mismatch = np.flatnonzero(self._kv[start:stop] != tokens[start:stop])
-        common = start + int(mismatch[0]) if mismatch.size else max(start, stop)
+        common = start + common_prefix(self._kv[start:stop], tokens[start:stop])
         common = min(common, length - 1)     # the last token is always evaluated: its logits start the draft
         if common < self._n_kv:
             self.context.truncate(common, self.seq)

@@ -48,6 +48,7 @@ from specframe.drafting.gain import (
 from specframe.drafting.pass_cost import PassCost, cpu_times, other_load, others_busy
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_request, begin_takes_sampling
 from specframe.drafting.support import ContextSupport
+from specframe.prefix import common_prefix
 from specframe.sampling import SamplingParams
 
 log = logging.getLogger("specframe.drafting")
@@ -216,9 +217,8 @@ class DrafterChain:
                 by_position[position] += 1
         emitted = np.asarray(emitted)
         if len(self._agreed):
-            n = min(len(self._agreed), len(emitted))
-            wrong = np.flatnonzero(self._agreed[:n] != emitted[:n])
-            self._agreement(self._agreed_support).observe(int(wrong[0]) if wrong.size else n, bool(wrong.size))
+            agreed = common_prefix(self._agreed, emitted)
+            self._agreement(self._agreed_support).observe(agreed, agreed < min(len(self._agreed), len(emitted)))
         for candidate in self._candidates:
             entry = candidate.entry
             confirmed = entry.record.score(candidate.draft.tokens, candidate.run, candidate.support, emitted)
@@ -327,9 +327,7 @@ class DrafterChain:
             for other in candidates:
                 if other is candidate:
                     continue
-                n = min(len(tokens), len(other.draft.tokens))
-                wrong = np.flatnonzero(tokens[:n] != other.draft.tokens[:n])
-                agreed = int(wrong[0]) if wrong.size else n
+                agreed = common_prefix(tokens, other.draft.tokens)
                 if agreed:
                     backing = other.entry.record.p(agreed, other.run, other.support)
                     shared = self._agreement(candidate.support).p

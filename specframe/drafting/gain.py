@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specframe.drafting.pass_cost import PassCost, load_over
+from specframe.prefix import common_prefix
 
 DECAY = 0.9             # weight of the past in an acceptance estimate, per scored draft
 RUNS = (0, 1, 4, 16)    # run buckets: a fresh draft, or one carrying on after 1-3, 4-15, 16+ tokens right
@@ -338,9 +339,8 @@ class DrafterRecord:
 
     def score(self, draft_tokens: np.ndarray, run: int, support: int, emitted: np.ndarray) -> int:
         """Score a draft against the tokens the target emitted; return how many it got right."""
-        n = min(len(draft_tokens), len(emitted))
-        wrong = np.flatnonzero(draft_tokens[:n] != emitted[:n])
-        confirmed = int(wrong[0]) if wrong.size else n
+        confirmed = common_prefix(draft_tokens, emitted)
+        went_wrong = confirmed < min(len(draft_tokens), len(emitted))
         first_right = confirmed > 0
         if not first_right and not self._burst_through_misses:
             self._burst = 0
@@ -350,11 +350,11 @@ class DrafterRecord:
             first = self.first[run, support] = Acceptance(hits=0.0, misses=0.0)
         first.observe(first_right, went_wrong=not first_right)
         if run:     # it carries on a draft that held up: even its first token follows accepted ones
-            self.later.observe(confirmed, went_wrong=bool(wrong.size))
+            self.later.observe(confirmed, went_wrong=went_wrong)
         elif first_right:
-            self.later.observe(confirmed - 1, went_wrong=bool(wrong.size))
-        self._rest = draft_tokens[len(emitted):] if not wrong.size else draft_tokens[:0]
-        self._run = self._run + confirmed if run and not wrong.size else confirmed if not wrong.size else 0
+            self.later.observe(confirmed - 1, went_wrong=went_wrong)
+        self._rest = draft_tokens[len(emitted):] if not went_wrong else draft_tokens[:0]
+        self._run = self._run + confirmed if run and not went_wrong else confirmed if not went_wrong else 0
         return confirmed
 
     def decide(self, expected_to_pay: bool, uses_model: bool, could_pay: bool = False) -> str | None:

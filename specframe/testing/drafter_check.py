@@ -28,6 +28,7 @@ import numpy as np
 from specframe.drafting.chain import InvalidDraft, valid_draft
 from specframe.drafting.protocol import Drafter, DrafterEnv, begin_request, begin_takes_sampling
 from specframe.plugins import _check_drafter_class
+from specframe.prefix import common_prefix
 from specframe.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -238,8 +239,7 @@ class _Run:
             if times is not None and length >= start_timing:
                 times.append(seconds)
             truth = tokens[length:length + len(draft)]
-            wrong = np.flatnonzero(draft[:len(truth)] != truth)
-            accepted = int(wrong[0]) if wrong.size else len(truth)
+            accepted = common_prefix(draft, truth)
             self._call(drafter, "accept", accepted)
             drafts.append(draft.tolist())
             length += accepted + 1
