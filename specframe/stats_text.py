@@ -23,8 +23,9 @@ def format_stats(result: GenerationResult, speculative: bool = True) -> str:
                   (("pass costs measured or checked", s.calibration_seconds),
                    ("drafters made ready", s.preparing_seconds)) if seconds >= 0.1]
     if setting_up:
-        lines.append(f"setup: {', '.join(setting_up)}, counted in neither time above (a first run on this machine "
-                     "measures the pass costs: `specframe calibrate` shows them)")
+        hint = (" (a first run on this machine measures the pass costs: `specframe calibrate` shows them)"
+                if s.calibration_seconds >= 0.1 else "")
+        lines.append(f"setup: {', '.join(setting_up)}, counted in neither time above{hint}")
     if speculative:
         lines.append(f"drafted: {s.n_drafted}, accepted: {s.n_accepted} ({100 * s.acceptance_rate:.1f} %), "
                      f"{s.n_drafts} drafts, mean accepted length {s.mean_accepted_length:.2f}")
