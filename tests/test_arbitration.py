@@ -27,6 +27,7 @@ from specframe.drafting.gain import (
     plain_rate,
 )
 from specframe.drafting.pass_cost import UNCONFIRMED_DRAFT, PassCost, others_busy
+from specframe.prefix import common_prefix
 
 RNG = np.random.default_rng(0)
 REFERENCE = RNG.integers(10, 1000, size=600).astype(np.int32)    # the target's greedy output
@@ -72,9 +73,7 @@ def replay(chain, n_tokens=400, n_max=16):
     chain.begin(REFERENCE[:PROMPT])
     while n < PROMPT + n_tokens:
         draft = chain.draft(REFERENCE[:n], n_max)
-        accepted = 0
-        while accepted < len(draft) and draft.tokens[accepted] == REFERENCE[n + accepted]:
-            accepted += 1
+        accepted = common_prefix(draft.tokens, REFERENCE[n:])
         seconds += XEON.seconds(1 + len(draft))
         chain.accept(accepted, REFERENCE[n:n + accepted + 1])
         n += accepted + 1
@@ -89,8 +88,7 @@ def draft_lengths(chain, steps, at=PROMPT, n_max=16):
     lengths = []
     for _ in range(steps):
         draft = chain.draft(REFERENCE[:at], n_max)
-        wrong = np.flatnonzero(draft.tokens != REFERENCE[at:at + len(draft)])
-        accepted = int(wrong[0]) if wrong.size else len(draft)
+        accepted = common_prefix(draft.tokens, REFERENCE[at:])
         lengths.append(len(draft))
         chain.accept(accepted, REFERENCE[at:at + accepted + 1])
         at += accepted + 1
