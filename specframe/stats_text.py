@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from specframe.results import GenerationResult
 
+_SHOWN_FROM = 0.1  # seconds of setup worth a line
+
 _DRAFTER_COLUMNS = ("#calls", "#gen drafts", "#acc drafts", "#gen tokens", "#acc tokens", "#held back",
                     "dur(b,g,a) ms")
 
@@ -21,10 +23,10 @@ def format_stats(result: GenerationResult, speculative: bool = True) -> str:
     ]
     setting_up = [f"{what} in {seconds:.2f} s" for what, seconds in
                   (("pass costs measured or checked", s.calibration_seconds),
-                   ("drafters made ready", s.preparing_seconds)) if seconds >= 0.1]
+                   ("drafters made ready", s.preparing_seconds)) if seconds >= _SHOWN_FROM]
     if setting_up:
         hint = (" (a first run on this machine measures the pass costs: `specframe calibrate` shows them)"
-                if s.calibration_seconds >= 0.1 else "")
+                if s.calibration_seconds >= _SHOWN_FROM else "")
         lines.append(f"setup: {', '.join(setting_up)}, counted in neither time above{hint}")
     if speculative:
         lines.append(f"drafted: {s.n_drafted}, accepted: {s.n_accepted} ({100 * s.acceptance_rate:.1f} %), "
