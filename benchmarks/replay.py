@@ -97,13 +97,9 @@ def reference_reply(engine: Engine, prompt: np.ndarray, max_tokens: int) -> np.n
 def longest_copy(tokens: np.ndarray, start: int, n_max: int) -> int:
     """The longest prefix (at most ``n_max``) of ``tokens[start:]`` that occurs in ``tokens[:start]``: a drafter
     can copy only what the history holds."""
-    best = 0
-    for source in np.flatnonzero(tokens[:start] == tokens[start]):
-        n = 1
-        while n < n_max and source + n < start and tokens[source + n] == tokens[start + n]:
-            n += 1
-        best = max(best, n)
-    return best
+    ahead = tokens[start:start + n_max]
+    sources = np.flatnonzero(tokens[:start] == tokens[start])
+    return max((common_prefix(tokens[source:start], ahead) for source in sources), default=0)
 
 
 def knowing(n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int, known, heard=None) -> float:

@@ -89,6 +89,7 @@ def test_the_copy_ceiling_copies_only_what_the_history_holds(replay):
     assert replay.longest_copy(tokens, 10, 16) == 0         # 3 never occurred before
     assert replay.longest_copy(tokens, 11, 16) == 2         # 1 2, and what follows isn't in the history yet
     assert replay.longest_copy(tokens, 11, 1) == 1
+    assert replay.longest_copy(tokens, 11, 0) == 0          # the reply's last token: no room to draft
 
 
 def test_the_ceilings_price_the_passes_a_knowing_drafter_needs(replay):
