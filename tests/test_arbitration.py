@@ -458,19 +458,25 @@ class CatchingUp(Recorded):
         return draft
 
 
+class CatchingUpFromItsBegin(CatchingUp):
+    """CatchingUp, whose begin evaluates the prompt at the same 5 ms a token (which times its catching up)."""
+
+    def begin(self, prompt):
+        time.sleep(0.005 * len(prompt))
+        self.seen = len(prompt)
+
+
 def test_a_models_call_cost_leaves_out_its_catching_up():
-    """What a call spends on the tokens the model missed while held back is priced as catching up; counted in its
-    drafting cost as well, it made every later draft look dearer, so the model was held back longer still."""
-    model = CatchingUp(2, uses_model=True)
-    chain = chain_of(model, cost=XEON_AVX512)
-    entry = chain.entries[0]
-    chain.begin(REFERENCE[:PROMPT])
-    entry.record.catch_up = 0.005                          # as timed over a begin
-    chain._ask(entry, REFERENCE[:PROMPT], 2)
-    entry.record.skipped = 1                               # held back while 40 tokens were decoded
-    chain._ask(entry, REFERENCE[:PROMPT + 40], 2)
-    assert entry.stats.draft_ms > 250                      # the call did catch up on them
-    assert entry.record.cost.seconds(16) == pytest.approx(0.030 * 17 / 3, rel=0.3)   # its drafting did not
+    """What a probe spends on the tokens the model missed while held back is priced as catching up; counted in its
+    drafting cost as well, it made every later draft look dearer, so the model was held back longer still. The
+    chain decides to probe before it asks, so the probe must still be known for one that catches up."""
+    model = CatchingUpFromItsBegin(16, wrong_at=0, uses_model=True)     # wrong: held back after its first steps
+    chain = chain_of(model, cost=XEON)
+    replay(chain, n_tokens=3 * PROBE_EVERY)
+    assert max(np.diff(model.calls)) >= PROBE_EVERY        # probed after a wait, catching up on what it missed
+    record = chain.entries[0].record
+    assert record.catch_up == pytest.approx(0.005, rel=0.3)
+    assert record.cost.seconds(2) == pytest.approx(0.030, rel=0.3)    # a probe's own drafting: 3 passes of 10 ms
 
 
 class BegunSlowly(SlowToCatchUp):

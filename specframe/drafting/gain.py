@@ -200,6 +200,8 @@ class DrafterRecord:
     cost: CallCost = field(default_factory=CallCost)
     _reach: deque = field(default_factory=lambda: deque(maxlen=REACH_SAMPLES))   # how far its recent drafts went
     skipped: int = 0                 # steps not asked since it was last asked
+    _held_back: bool = False         # not asked at the step before this one (decide() resets ``skipped`` when it
+                                     # asks, before the call that must catch up is priced)
     probe_every: int = PROBE_EVERY
     _rest: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))  # what its last draft still
                                                                                      # predicts, if it held up
@@ -251,7 +253,7 @@ class DrafterRecord:
         self._seen, self._deferred = 0, True
 
     def asked(self, n_history: int) -> None:
-        self._seen = n_history
+        self._seen, self._held_back = n_history, False
 
     def assume_drafting_rate(self, seconds_per_token: float, n_max: int) -> None:
         """Price its calls, until they are timed, at the rate an earlier run timed (0: unknown, nothing assumed):
@@ -278,7 +280,8 @@ class DrafterRecord:
         after a long wait pays for every token decoded meanwhile (and a model whose begin was deferred, for the
         prompt too), and on a CPU whose batches cost nearly as much as their tokens one by one, that is more than a
         short draft can bring back."""
-        return self.catch_up * max(0, n_history - self._seen) if self.skipped or self._deferred else 0.0
+        missed = self.skipped or self._held_back or self._deferred
+        return self.catch_up * max(0, n_history - self._seen) if missed else 0.0
 
     def run_of(self, draft_tokens: np.ndarray) -> int:
         """The run bucket of a draft: 0 unless it carries on the drafter's last draft, which held up so far."""
@@ -373,6 +376,7 @@ class DrafterRecord:
         burst goes on while its drafts come out right. A model whose last EMPTY_CALLS calls of the request drafted
         nothing (its confidence under p_min: open prose) is probed only after PROBE_MAX_EVERY steps: every probe
         first catches it up on the tokens it missed, and on open prose those catch-ups cost 5% of a run."""
+        self._held_back = self.skipped > 0
         self.skipped += 1
         first, self._first_step = self._first_step, False
         in_burst = self.skipped == 1 and self._burst > 0       # asked at the last step: still in step
