@@ -446,10 +446,14 @@ def test_a_model_is_not_probed_where_catching_up_costs_more_than_its_draft_could
 
 
 class CatchingUp(Recorded):
-    """A draft model that evaluates the tokens it has not seen at 5 ms each, then takes 10 ms per token it drafts
-    (and one more pass)."""
+    """A draft model that evaluates the tokens it has not seen at 5 ms each (its begin, over the prompt, too: that
+    times its catching up), then takes 10 ms per token it drafts (and one more pass)."""
 
     seen = PROMPT
+
+    def begin(self, prompt):
+        time.sleep(0.005 * len(prompt))
+        self.seen = len(prompt)
 
     def draft(self, history, n_max):
         draft = super().draft(history, n_max)
@@ -458,19 +462,11 @@ class CatchingUp(Recorded):
         return draft
 
 
-class CatchingUpFromItsBegin(CatchingUp):
-    """CatchingUp, whose begin evaluates the prompt at the same 5 ms a token (which times its catching up)."""
-
-    def begin(self, prompt):
-        time.sleep(0.005 * len(prompt))
-        self.seen = len(prompt)
-
-
 def test_a_models_call_cost_leaves_out_its_catching_up():
     """What a probe spends on the tokens the model missed while held back is priced as catching up; counted in its
     drafting cost as well, it made every later draft look dearer, so the model was held back longer still. The
     chain decides to probe before it asks, so the probe must still be known for one that catches up."""
-    model = CatchingUpFromItsBegin(16, wrong_at=0, uses_model=True)     # wrong: held back after its first steps
+    model = CatchingUp(16, wrong_at=0, uses_model=True)     # wrong: held back after its first steps
     chain = chain_of(model, cost=XEON)
     replay(chain, n_tokens=3 * PROBE_EVERY)
     assert max(np.diff(model.calls)) >= PROBE_EVERY        # probed after a wait, catching up on what it missed
