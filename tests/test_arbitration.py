@@ -14,8 +14,10 @@ from specframe.drafting.gain import (
     DECAY,
     EMPTY_CALLS,
     MODEL_BURST,
+    PAUSE_MAX,
     PROBE_EVERY,
     PROBE_MAX_EVERY,
+    UPKEEP_WARM_UP,
     Acceptance,
     CallCost,
     DrafterRecord,
@@ -203,6 +205,47 @@ class Recorded(Knowing):
     def draft(self, history, n_max):
         self.calls.append(len(history))
         return super().draft(history, n_max)
+
+
+# A GPU's passes: a single pass 1.8 ms, sixteen more tokens barely dearer.
+GPU = PassCost({1: 0.0018, 2: 0.0019, 4: 0.0019, 8: 0.0021, 16: 0.0024, 17: 0.0025})
+
+
+class SilentUntilACopy(Recorded):
+    """Drafts nothing, taking 0.3 ms a call (what a chain's asking costs a step on a GPU's host), until the reply
+    starts repeating at ``copy_from``; from there on drafts the reference."""
+
+    def __init__(self, copy_from):
+        super().__init__(16)
+        self.copy_from = copy_from
+
+    def draft(self, history, n_max):
+        time.sleep(0.0003)
+        if len(history) < self.copy_from:
+            self.calls.append(len(history))
+            return NO_DRAFT
+        return super().draft(history, n_max)
+
+
+def test_the_chain_sits_out_steps_while_asking_costs_more_than_its_drafts_save():
+    """On a GPU the chain's own time where nothing is drafted would make it slower than plain decoding: it pauses,
+    and asks at every step again once a copy pays. On a CPU, whose passes take a hundred times longer, that time is
+    negligible and every step is asked: a copy is found where it starts."""
+    copy_from = PROMPT + 200
+    drafter = SilentUntilACopy(copy_from)
+    lengths = draft_lengths(chain_of(drafter, cost=GPU), 260)
+    silent = [n for n in drafter.calls if n < copy_from]
+    assert silent[:UPKEEP_WARM_UP] == list(range(PROMPT, PROMPT + UPKEEP_WARM_UP))   # a request's first steps
+    assert len(silent) < 40                                   # then it pauses, longer each time, up to PAUSE_MAX
+    assert max(np.diff(silent)) == PAUSE_MAX + 1
+    calls = drafter.calls
+    first_copying = next(n for n in calls if n >= copy_from)
+    assert first_copying <= copy_from + PAUSE_MAX             # the copy waited no longer than a pause
+    assert sum(lengths) > 0.7 * (PROMPT + 260 - copy_from)    # and drafted once found: asked at every step
+    hundredfold = PassCost({n: 100 * seconds for n, seconds in GPU.measured.items()})
+    drafter = SilentUntilACopy(copy_from)
+    draft_lengths(chain_of(drafter, cost=hundredfold), 220)
+    assert drafter.calls[:200] == list(range(PROMPT, copy_from))
 
 
 def test_a_cheap_drafter_held_back_is_probed_at_growing_intervals():

@@ -41,6 +41,7 @@ from specframe.drafting.gain import (
     Acceptance,
     DrafterRecord,
     PassShare,
+    Upkeep,
     best_cut,
     expected_tokens,
     plain_rate,
@@ -134,6 +135,11 @@ class DrafterChain:
         self._cost_probe_every = 16
         self._share = ALONE
         self.expected = 1.0     # tokens the last step's pass is expected to yield for this sequence
+        self.upkeep = Upkeep()  # whether asking at all pays (the gain rule with a cost model)
+        self._spent = 0.0       # the chain's own seconds at this step so far
+        self._priced_calls = 0.0   # this step's calls to drafters asked only where they pay: the gain rule prices
+                                   # those itself
+        self._sat_out = False   # this step asked no drafter
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """A request starts: each drafter sees the prompt and learns how drafts are accepted (``Drafter.begin``).
@@ -141,6 +147,7 @@ class DrafterChain:
         and when it is asked."""
         self._candidates, self._chosen = [], None
         self.support.reset()
+        self.upkeep.restart()
         for entry in self._active():
             entry.record.restart()
             if self._cannot_pay_for(entry, len(prompt)):
@@ -179,8 +186,22 @@ class DrafterChain:
 
     def draft(self, history: np.ndarray, n_max: int, share: PassShare = ALONE) -> Draft:
         """The draft to verify next (at most ``n_max`` tokens), or NO_DRAFT; ``share`` is what the rest of the
-        pass that verifies it holds. ``expected`` is then the tokens it is expected to yield, with the pass's own."""
+        pass that verifies it holds. ``expected`` is then the tokens it is expected to yield, with the pass's own.
+        Under the gain rule the chain sits out steps while asking costs more than its drafts save (gain.Upkeep)."""
+        start = time.perf_counter()
         self._candidates, self._chosen, self._share, self.expected = [], None, share, 1.0
+        self._priced_calls = 0.0
+        self._sat_out = self._weighs_upkeep() and self.upkeep.sits_out()
+        if self._sat_out:
+            for entry in self._active():
+                entry.record.sat_out()
+                entry.stats.held_back += 1
+            return NO_DRAFT
+        draft = self._draft(history, n_max)
+        self._spent = time.perf_counter() - start - self._priced_calls
+        return draft
+
+    def _draft(self, history: np.ndarray, n_max: int) -> Draft:
         if self.cost is not None:
             n_max = self.cost.draft_limit(n_max)
         if n_max < self.n_min:
@@ -206,6 +227,10 @@ class DrafterChain:
         """The target accepted ``n_accepted`` tokens of the chosen draft and emitted ``emitted`` (those and its own
         next token). Every draft of this step is scored against them, and its drafter hears ``accept`` once they
         decide it (``decided``)."""
+        if self._sat_out:
+            return
+        accepting = time.perf_counter()
+        drafted = len(self._chosen.draft) if self._chosen is not None else 0
         if self._chosen is not None:
             self._chosen.entry.record.verified(self._chosen.p, n_accepted)
             stats = self._chosen.entry.stats
@@ -231,6 +256,25 @@ class DrafterChain:
             self._guard(entry, "accept", entry.drafter.accept, confirmed)
             entry.stats.accept_ms += (time.perf_counter() - start) * 1e3
         self._candidates, self._chosen, self._agreed = [], None, self._agreed[:0]
+        if self._weighs_upkeep():
+            assert self.cost is not None
+            self.upkeep.observe(self._spent + time.perf_counter() - accepting, self._saved(drafted, len(emitted)),
+                                self.cost.seconds(1))
+
+    def _weighs_upkeep(self) -> bool:
+        """Whether the chain pauses where asking does not pay: under the gain rule with a cost model (llama.cpp's
+        priority rule asks at every step)."""
+        return self.cost is not None and self.arbitration == "gain"
+
+    def _saved(self, drafted: int, n_emitted: int) -> float:
+        """Pass seconds a verified draft of ``drafted`` tokens saved when the target emitted ``n_emitted``: the
+        tokens it accepted at what plain decoding's pass takes a token, less what the draft added to its pass."""
+        if not drafted:
+            return 0.0
+        assert self.cost is not None
+        single = self._share.seconds(self.cost, 1)
+        return ((n_emitted - 1) * single / (self._share.expected + 1)
+                - (self._share.seconds(self.cost, 1 + drafted) - single))
 
     # --- choosing ----------------------------------------------------------------------------------------------
 
@@ -262,7 +306,10 @@ class DrafterChain:
             return None
         if decision == PROBE:
             length = min(PROBE_LENGTH, n_max)
-        return self._ask(entry, history, max(length, self.n_min))
+        asking = time.perf_counter()
+        candidate = self._ask(entry, history, max(length, self.n_min))
+        self._priced_calls += time.perf_counter() - asking
+        return candidate
 
     def _by_gain(self, history: np.ndarray, n_max: int) -> _Candidate | None:
         cost, plain = self.cost, self._plain_rate()

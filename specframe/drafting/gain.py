@@ -51,6 +51,11 @@ CATCH_UP_TIMED_FROM = 16   # prompt tokens a model's begin must evaluate to time
 REACH_SAMPLES = 8          # a model's recent calls whose draft lengths tell how long its drafts come out
 EMPTY_CALLS = 3            # a model whose calls drafted nothing this many times in a row is probed only after
                            # PROBE_MAX_EVERY steps (p_min stops it: each probe would only catch it up)
+UPKEEP_WARM_UP = 16        # steps of a request at which the drafters are asked before asking itself is weighed
+UPKEEP_DECAY = 0.98        # weight of the past in what asking cost and saved, per step asked
+UPKEEP_SHARE = 0.02        # the chain's own time a step, as a share of a single pass, under which asking is never
+                           # paused (a CPU's: tens of microseconds beside tens of milliseconds)
+PAUSE_MAX = 16             # the most steps the chain sits out at once: a copy that starts meanwhile waits no longer
 
 
 def call_seconds(cost: PassCost, segments: list[tuple[int, int]], one_batch: bool) -> float:
@@ -255,6 +260,11 @@ class DrafterRecord:
     def asked(self, n_history: int) -> None:
         self._seen, self._held_back = n_history, False
 
+    def sat_out(self) -> None:
+        """The chain asked no drafter at this step (Upkeep): a model catches up on it when next asked, and its next
+        draft carries on nothing."""
+        self._held_back, self._rest, self._run = True, self._rest[:0], 0
+
     def assume_drafting_rate(self, seconds_per_token: float, n_max: int) -> None:
         """Price its calls, until they are timed, at the rate an earlier run timed (0: unknown, nothing assumed):
         otherwise a model's first request prices its drafting at nothing, and on a CPU where even its longest draft
@@ -376,7 +386,7 @@ class DrafterRecord:
         burst goes on while its drafts come out right. A model whose last EMPTY_CALLS calls of the request drafted
         nothing (its confidence under p_min: open prose) is probed only after PROBE_MAX_EVERY steps: every probe
         first catches it up on the tokens it missed, and on open prose those catch-ups cost 5% of a run."""
-        self._held_back = self.skipped > 0
+        self._held_back = self._held_back or self.skipped > 0
         self.skipped += 1
         first, self._first_step = self._first_step, False
         in_burst = self.skipped == 1 and self._burst > 0       # asked at the last step: still in step
@@ -402,6 +412,50 @@ class DrafterRecord:
             self.skipped, self._burst = 0, MODEL_BURST if uses_model else 0
             return PROBE
         return None
+
+
+@dataclass
+class Upkeep:
+    """Whether asking the drafters pays at all, whichever draft wins. On a GPU a single pass takes about 2 ms and the
+    chain's own time a step (asking the cheap drafters, weighing the costly ones, scoring the drafts; a costly
+    drafter's calls are priced by the gain rule itself) a tenth to a sixth of that, so where nothing is drafted that
+    pays, the chain runs slower than plain decoding whatever it chooses. That time is weighed against the pass time
+    the verified drafts saved: their accepted tokens at plain decoding's seconds each, less what they added to their
+    passes. While the chain has spent more than it saved, and its time is not
+    negligible beside a pass, it sits out steps (asks no drafter), twice as many each time up to PAUSE_MAX, and asks
+    at every step again as soon as asking pays."""
+
+    spent: float = 0.0    # decayed seconds of the chain's own time at the steps it asked
+    saved: float = 0.0    # decayed pass seconds its drafts saved there
+    weight: float = 0.0   # decayed count of those steps
+    asked: int = 0        # steps of this request at which it asked
+    pause: int = 0        # length of the last pause (0: asking pays)
+    left: int = 0         # steps of the pause still to sit out
+
+    def restart(self) -> None:
+        self.spent = self.saved = self.weight = 0.0
+        self.asked = self.pause = self.left = 0
+
+    def sits_out(self) -> bool:
+        """Whether this step is one of a pause."""
+        if self.left:
+            self.left -= 1
+            return True
+        return False
+
+    def observe(self, spent: float, saved: float, single_pass: float) -> None:
+        """At a step the chain asked, its own time was ``spent`` and its draft saved ``saved`` seconds of passes
+        (negative where a wrong draft made the pass longer); ``single_pass`` is a single pass's seconds."""
+        self.spent = UPKEEP_DECAY * self.spent + spent
+        self.saved = UPKEEP_DECAY * self.saved + saved
+        self.weight = UPKEEP_DECAY * self.weight + 1.0
+        self.asked += 1
+        if (self.asked >= UPKEEP_WARM_UP and self.saved < self.spent
+                and self.spent > UPKEEP_SHARE * single_pass * self.weight):
+            self.pause = min(2 * self.pause or 1, PAUSE_MAX)
+            self.left = self.pause
+        else:
+            self.pause = 0
 
 
 def cautious(p: float, n: float) -> float:
