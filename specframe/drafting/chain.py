@@ -2,8 +2,9 @@
 
 Two rules pick the draft (``[speculative] arbitration``):
 
-- ``"gain"`` (the default): every cheap drafter (each call well under a millisecond) is asked each step, and the
-  draft with the most expected tokens per second of verification wins, cut to the length that pays (gain.py). A
+- ``"gain"`` (the default): every cheap drafter (each call well under a pass) is asked each step while its calls
+  pay for themselves (gain.Upkeep), and the draft with the most expected tokens per second of verification wins,
+  cut to the length that pays (gain.py). A
   costly drafter (a draft model, or any drafter whose calls are not negligible) is asked only when what it is
   expected to bring beats the best cheap draft, or now and then as a probe. Drafts that agree strengthen each
   other: a position two drafters agree on is as likely as the likelier of them makes it, or as likely as agreement
@@ -90,6 +91,7 @@ class ChainEntry:
     stats: DrafterStats
     disabled: str | None = None   # why it was set aside
     record: DrafterRecord = field(default_factory=DrafterRecord)
+    upkeep: Upkeep = field(default_factory=Upkeep)   # whether asking it at every step pays (a cheap drafter's)
     catch_up_store: ModelRateStore | None = None   # where a model's catch-up rate is kept across runs,
     drafting_store: ModelRateStore | None = None   # and its drafting rate
     deferred_begin: tuple | None = None   # (prompt, sampling) of a begin put off until the model's first call
@@ -140,6 +142,7 @@ class DrafterChain:
         self._priced_calls = 0.0   # this step's calls to drafters asked only where they pay: the gain rule prices
                                    # those itself
         self._sat_out = False   # this step asked no drafter
+        self._asked_cheap: list[tuple[ChainEntry, float]] = []   # this step's cheap drafters, and their calls' time
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """A request starts: each drafter sees the prompt and learns how drafts are accepted (``Drafter.begin``).
@@ -150,6 +153,7 @@ class DrafterChain:
         self.upkeep.restart()
         for entry in self._active():
             entry.record.restart()
+            entry.upkeep.restart()
             if self._cannot_pay_for(entry, len(prompt)):
                 entry.deferred_begin = (prompt.copy(), sampling)
                 entry.record.deferred()
@@ -190,12 +194,12 @@ class DrafterChain:
         Under the gain rule the chain sits out steps while asking costs more than its drafts save (gain.Upkeep)."""
         start = time.perf_counter()
         self._candidates, self._chosen, self._share, self.expected = [], None, share, 1.0
-        self._priced_calls = 0.0
+        self._priced_calls, self._asked_cheap = 0.0, []
         self._sat_out = self._weighs_upkeep() and self.upkeep.sits_out()
         if self._sat_out:
             for entry in self._active():
-                entry.record.sat_out()
-                entry.stats.held_back += 1
+                entry.upkeep.sits_out()     # a drafter's own pause counts steps, sat out by the chain or not
+                self._sit_out(entry)
             return NO_DRAFT
         draft = self._draft(history, n_max)
         self._spent = time.perf_counter() - start - self._priced_calls
@@ -231,6 +235,7 @@ class DrafterChain:
             return
         accepting = time.perf_counter()
         drafted = len(self._chosen.draft) if self._chosen is not None else 0
+        winner = self._chosen.entry if self._chosen is not None else None
         if self._chosen is not None:
             self._chosen.entry.record.verified(self._chosen.p, n_accepted)
             stats = self._chosen.entry.stats
@@ -258,8 +263,15 @@ class DrafterChain:
         self._candidates, self._chosen, self._agreed = [], None, self._agreed[:0]
         if self._weighs_upkeep():
             assert self.cost is not None
-            self.upkeep.observe(self._spent + time.perf_counter() - accepting, self._saved(drafted, len(emitted)),
-                                self.cost.seconds(1))
+            single, saved = self.cost.seconds(1), self._saved(drafted, len(emitted))
+            for entry, seconds in self._asked_cheap:
+                entry.upkeep.observe(seconds, saved if entry is winner else 0.0, single)
+            self.upkeep.observe(self._spent + time.perf_counter() - accepting, saved, single)
+        self._asked_cheap = []
+
+    def _sit_out(self, entry: ChainEntry) -> None:
+        entry.record.sat_out()
+        entry.stats.held_back += 1
 
     def _weighs_upkeep(self) -> bool:
         """Whether the chain pauses where asking does not pay: under the gain rule with a cost model (llama.cpp's
@@ -319,7 +331,12 @@ class DrafterChain:
         for entry in self._active():
             (costly if entry.record.costly(single, entry.drafter.uses_model) else cheap).append(entry)
         for entry in cheap:
+            if cost is not None and entry.upkeep.sits_out():
+                self._sit_out(entry)
+                continue
+            asking = time.perf_counter()
             self._ask(entry, history, n_max)
+            self._asked_cheap.append((entry, time.perf_counter() - asking))
         best = self._best()
         for entry in costly:
             if cost is None:

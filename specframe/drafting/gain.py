@@ -44,7 +44,8 @@ ASK, PROBE = "ask", "probe"
 CAUTION = 1.0           # acceptance estimates are taken this many standard errors low: little evidence, little trust
 CALIBRATION_PRIOR = 4.0  # tokens of agreement between estimates and outcomes a drafter's trust starts with
 PRIOR_WEIGHT = 2.0     # an estimate starts as worth this many observations of its prior:
-CHEAP_SHARE = 0.02      # a drafter whose calls cost less than this share of a single pass is asked every step
+CHEAP_SHARE = 0.25      # a drafter whose calls cost less than this share of a single pass is asked every step while
+                        # its calls pay for themselves (Upkeep); a dearer one only when it is expected to pay
 COST_SAMPLES = 4        # calls timed before a drafter can be found costly by its calls' time (one slow first call
                         # that indexed a whole prompt, or met a page fault, must not hold it back for good)
 CATCH_UP_TIMED_FROM = 16   # prompt tokens a model's begin must evaluate to time its catching up by
@@ -416,19 +417,20 @@ class DrafterRecord:
 
 @dataclass
 class Upkeep:
-    """Whether asking the drafters pays at all, whichever draft wins. On a GPU a single pass takes about 2 ms and the
-    chain's own time a step (asking the cheap drafters, weighing the costly ones, scoring the drafts; a costly
-    drafter's calls are priced by the gain rule itself) a tenth to a sixth of that, so where nothing is drafted that
-    pays, the chain runs slower than plain decoding whatever it chooses. That time is weighed against the pass time
-    the verified drafts saved: their accepted tokens at plain decoding's seconds each, less what they added to their
-    passes. While the chain has spent more than it saved, and its time is not
-    negligible beside a pass, it sits out steps (asks no drafter), twice as many each time up to PAUSE_MAX, and asks
-    at every step again as soon as asking pays."""
+    """Whether asking pays at all: the chain's own time a step (asking the cheap drafters, weighing the costly ones,
+    scoring the drafts; a costly drafter's calls are priced by the gain rule itself), or one cheap drafter's calls.
+    On a GPU a single pass takes about 2 ms and the chain's time a tenth to a sixth of that, so where nothing is
+    drafted that pays, the chain runs slower than plain decoding whatever it chooses; and a drafter whose drafts
+    never win (another's are as good, or better) costs its calls for nothing. That time is weighed against the pass
+    time the verified drafts saved (the drafter's own, for a drafter): their accepted tokens at plain decoding's
+    seconds each, less what they added to their passes. While more was spent than saved, and the time is not
+    negligible beside a pass, the chain, or the drafter, sits out steps (is not asked), twice as many each time up to
+    PAUSE_MAX, and is asked at every step again as soon as asking pays."""
 
-    spent: float = 0.0    # decayed seconds of the chain's own time at the steps it asked
-    saved: float = 0.0    # decayed pass seconds its drafts saved there
+    spent: float = 0.0    # decayed seconds of the time weighed, at the steps asked
+    saved: float = 0.0    # decayed pass seconds the drafts saved there
     weight: float = 0.0   # decayed count of those steps
-    asked: int = 0        # steps of this request at which it asked
+    asked: int = 0        # steps of this request that were asked
     pause: int = 0        # length of the last pause (0: asking pays)
     left: int = 0         # steps of the pause still to sit out
 
@@ -445,11 +447,14 @@ class Upkeep:
 
     def observe(self, spent: float, saved: float, single_pass: float) -> None:
         """At a step the chain asked, its own time was ``spent`` and its draft saved ``saved`` seconds of passes
-        (negative where a wrong draft made the pass longer); ``single_pass`` is a single pass's seconds."""
+        (negative where a wrong draft made the pass longer); ``single_pass`` is a single pass's seconds. A
+        request's first step is not weighed: it indexes the prompt, a cost paid once whatever asking brings after."""
+        self.asked += 1
+        if self.asked == 1:
+            return
         self.spent = UPKEEP_DECAY * self.spent + spent
         self.saved = UPKEEP_DECAY * self.saved + saved
         self.weight = UPKEEP_DECAY * self.weight + 1.0
-        self.asked += 1
         if (self.asked >= UPKEEP_WARM_UP and self.saved < self.spent
                 and self.spent > UPKEEP_SHARE * single_pass * self.weight):
             self.pause = min(2 * self.pause or 1, PAUSE_MAX)
