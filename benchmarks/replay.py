@@ -1,7 +1,7 @@
 """Drafters replayed on known replies, priced by the stored pass-cost table: comparisons without the machine's noise.
 
     python benchmarks/replay.py [--config config.example.toml] [--workload NAME ...] [--stdlib N]
-                                [--drafters TYPE[,TYPE...] ...]
+                                [--drafters TYPE[,TYPE...] ...] [--pass-ms N:MS[,N:MS...]] [--own-time]
 
 Each prompt's plain greedy reply is generated once with the config's target (and kept, by prompt, in the cache under
 replay/). Then, pass by pass, a drafter set drafts as if the target were decoding: each draft is checked against the
@@ -21,6 +21,12 @@ length with the most tokens per second.
 
 The sets: each draftless drafter of the config alone, their chain, and each ``--drafters`` list at its defaults
 (drafters that run a model are left out: their cost is their own calls' time, not the table's).
+
+Where passes are short (a GPU's take about 2 ms), the chain's own time a step decides as much as its drafts:
+``--pass-ms`` prices the passes by a table given in milliseconds instead of the stored one (an H100's shape, from
+its runs: ``1:1.8,2:1.9,4:1.9,8:2.1,16:2.4,17:2.5``), and ``--own-time`` adds to each pass of a set the time its
+chain spent choosing the draft and hearing the outcome, as measured here (replayed without decoding, Python runs
+faster than between real passes: about 3.5x on the 2-core CPUs).
 """
 
 import argparse
@@ -31,13 +37,14 @@ import json
 import math
 import pathlib
 import sysconfig
+import time
 
 import numpy as np
 
 from specframe.bench.workloads import BUILTIN, workloads
 from specframe.drafting import DrafterChain
 from specframe.drafting.gain import best_cut
-from specframe.drafting.pass_cost import PassCost
+from specframe.drafting.pass_cost import PassCost, PassCostError, check_table
 from specframe.engine import Engine
 from specframe.files import atomic_write
 from specframe.paths import cache_dir
@@ -141,18 +148,32 @@ def best_draft(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: Pas
     return knowing(n_prompt, tokens, cost, n_max, known, heard)
 
 
-def replayed(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int) -> float:
-    """Plain decoding's seconds for the reply over those of the passes the chain's drafts take."""
+def replayed(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int,
+             own_time: bool = False) -> float:
+    """Plain decoding's seconds for the reply over those of the passes the chain's drafts take, and with
+    ``own_time`` the chain's own time choosing them and hearing the outcome."""
     chain.cost = cost
     chain.begin(tokens[:n_prompt])
     seconds, at, end = 0.0, n_prompt, len(tokens)
     while at < end:
+        start = time.perf_counter()
         draft = chain.draft(tokens[:at], min(n_max, end - at - 1)).tokens
         accepted = common_prefix(draft, tokens[at:])
-        seconds += cost.seconds(1 + len(draft))
         chain.accept(accepted, tokens[at:at + accepted + 1])
+        seconds += cost.seconds(1 + len(draft)) + (time.perf_counter() - start if own_time else 0.0)
         at += accepted + 1
     return (end - n_prompt) * cost.seconds(1) / seconds
+
+
+def pass_table(text: str) -> PassCost:
+    """A pass-cost table from ``N:MS[,N:MS...]`` (tokens: milliseconds), or a one-line error naming the fault."""
+    try:
+        seconds = {int(n): float(ms) / 1e3 for n, ms in (pair.split(":") for pair in text.split(","))}
+        check_table(seconds, gpu=True)
+    except (ValueError, PassCostError) as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc} (expected N:MS[,N:MS...] with 1:MS among them, "
+                                         "e.g. 1:1.8,16:2.4)") from None
+    return PassCost(seconds, gpu=True)
 
 
 def draftless(engine: Engine) -> list[str]:
@@ -187,18 +208,24 @@ def main() -> None:
                         help="prompts made from the standard library (default 16, at most about 65)")
     parser.add_argument("--drafters", action="append", default=[], metavar="TYPE[,TYPE...]",
                         help="a drafter set to replay too, its types at their defaults (repeatable)")
+    parser.add_argument("--pass-ms", type=pass_table, metavar="N:MS[,N:MS...]",
+                        help="price passes by this table (tokens: milliseconds) instead of the stored one")
+    parser.add_argument("--own-time", action="store_true",
+                        help="add each step's time of the chain's own, as measured here, to the sets' passes")
     args = parser.parse_args()
     with Engine.from_config(args.config) as engine:
-        cost = engine.pass_cost_store.load()
+        cost = args.pass_ms or engine.pass_cost_store.load()
         if cost is None:
-            raise SystemExit(f"no stored pass-cost table for {args.config}'s target: run `specframe calibrate` first")
+            raise SystemExit(f"no stored pass-cost table for {args.config}'s target: run `specframe calibrate` first "
+                             "(or give one with --pass-ms)")
         cost.confirmed = True     # no pass runs here that could confirm it: the passes are priced by it as it is
         n_max = engine.config.speculative.n_max
         prompts = {w.name: (w.prompt, w.max_tokens) for w in workloads(args.workload)} | stdlib_prompts(args.stdlib)
         sets = drafter_sets(engine, args.drafters)
         own = draftless(engine)
-        print(f"pass-cost table: single pass {1e3 * cost.seconds(1):.1f} ms; n_max {n_max}; modeled speedup over "
-              "plain decoding")
+        print(f"pass-cost table{' given' if args.pass_ms else ''}: single pass {1e3 * cost.seconds(1):.1f} ms; "
+              f"n_max {n_max}; modeled speedup over plain decoding"
+              + ("; the sets' own time counted" if args.own_time else ""))
         columns = ["oracle", "copy ceiling", "best draft", *sets]
         print(" | ".join(["prompt", "tokens", *columns]))
         speedups: dict[str, list[float]] = {c: [] for c in columns}
@@ -211,7 +238,7 @@ def main() -> None:
             row.append(best_draft(engine.chain(own), len(prompt), tokens, cost, n_max))
             for make in sets.values():
                 engine.forget_drafters()
-                row.append(replayed(make(), len(prompt), tokens, cost, n_max))
+                row.append(replayed(make(), len(prompt), tokens, cost, n_max, args.own_time))
             for column, value in zip(columns, row):
                 speedups[column].append(value)
             print(" | ".join([label, str(len(tokens) - len(prompt)), *(f"{v:.2f}x" for v in row)]))

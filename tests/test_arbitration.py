@@ -17,7 +17,6 @@ from specframe.drafting.gain import (
     PAUSE_MAX,
     PROBE_EVERY,
     PROBE_MAX_EVERY,
-    UPKEEP_WARM_UP,
     Acceptance,
     CallCost,
     DrafterRecord,
@@ -235,8 +234,8 @@ def test_the_chain_sits_out_steps_while_asking_costs_more_than_its_drafts_save()
     drafter = SilentUntilACopy(copy_from)
     lengths = draft_lengths(chain_of(drafter, cost=GPU), 260)
     silent = [n for n in drafter.calls if n < copy_from]
-    assert silent[:UPKEEP_WARM_UP] == list(range(PROMPT, PROMPT + UPKEEP_WARM_UP))   # a request's first steps
-    assert len(silent) < 40                                   # then it pauses, longer each time, up to PAUSE_MAX
+    assert silent[:5] == list(range(PROMPT, PROMPT + 5))    # a request's first steps are asked (UPKEEP_PRIOR)
+    assert len(silent) < 200 / 3                              # then it pauses, longer each time, up to PAUSE_MAX
     assert max(np.diff(silent)) == PAUSE_MAX + 1
     calls = drafter.calls
     first_copying = next(n for n in calls if n >= copy_from)
@@ -255,7 +254,7 @@ def test_a_drafter_whose_drafts_never_win_sits_out_while_the_winner_is_asked_at_
     steps = 150
     assert draft_lengths(chain_of(copying, silent, cost=GPU), steps) == [2] * steps
     assert len(copying.calls) == steps
-    assert UPKEEP_WARM_UP <= len(silent.calls) < steps / 3
+    assert silent.calls[:5] == list(range(PROMPT, PROMPT + 15, 3)) and len(silent.calls) < steps / 3
     assert max(np.diff(silent.calls)) == 3 * (PAUSE_MAX + 1)     # 3 tokens a step: a pause counts steps
 
 

@@ -1,8 +1,10 @@
 """Benchmark scripts' own logic: the peers benchmark's reading of llama.cpp's logs, the replay's ceilings."""
 
+import argparse
 import importlib.util
 import pathlib
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -126,6 +128,29 @@ def test_a_replayed_chain_is_priced_by_the_passes_its_drafts_take(replay):
         speedup = replay.replayed(chain, 8, tokens, cost, 16)
         assert low <= speedup <= high + 1e-9
         assert chain.entries[0].stats.accepted_tokens == (0 if not knows else chain.entries[0].stats.drafted_tokens)
+
+
+class Slow(Reading):
+    """Reading, taking 5 ms a call: beside a GPU's 1.8 ms passes, a drafter not worth its calls."""
+
+    def draft(self, history, n_max):
+        time.sleep(0.005)
+        return super().draft(history, n_max)
+
+
+def test_a_replay_can_price_passes_by_a_table_given_and_count_the_chains_own_time(replay):
+    gpu = replay.pass_table("1:1.8,2:1.9,16:2.4")
+    assert gpu.seconds(1) == pytest.approx(0.0018) and gpu.seconds(16) == pytest.approx(0.0024)
+    for bad, fault in (("1:x", "could not convert"), ("2:1.9", "no cost for a single-token pass"),
+                       ("1:2,16:1", "less than one of a single")):
+        with pytest.raises(argparse.ArgumentTypeError, match=fault):
+            replay.pass_table(bad)
+    tokens = np.arange(200, dtype=np.int32)
+    speedups = []
+    for own_time in (False, True):
+        chain = DrafterChain([ChainEntry("d", Slow(tokens, knows=True), "test", DrafterStats())], 1000, cost=gpu)
+        speedups.append(replay.replayed(chain, 8, tokens, gpu, 16, own_time))
+    assert speedups[0] > 5 and speedups[1] < 0.5 * speedups[0]     # 5 ms a call outweighs the passes it saves
 
 
 @pytest.fixture(scope="module")

@@ -52,11 +52,12 @@ CATCH_UP_TIMED_FROM = 16   # prompt tokens a model's begin must evaluate to time
 REACH_SAMPLES = 8          # a model's recent calls whose draft lengths tell how long its drafts come out
 EMPTY_CALLS = 3            # a model whose calls drafted nothing this many times in a row is probed only after
                            # PROBE_MAX_EVERY steps (p_min stops it: each probe would only catch it up)
-UPKEEP_WARM_UP = 16        # steps of a request at which the drafters are asked before asking itself is weighed
-UPKEEP_DECAY = 0.98        # weight of the past in what asking cost and saved, per step asked
+UPKEEP_PRIOR = 4.0         # single passes' worth of savings asking starts a request with: a drafter whose copies come
+                           # now and then is not paused before the first came (nor the chain)
+UPKEEP_DECAY = 0.995       # weight of the past in what asking cost and saved, per step asked: about a request
 UPKEEP_SHARE = 0.02        # the chain's own time a step, as a share of a single pass, under which asking is never
                            # paused (a CPU's: tens of microseconds beside tens of milliseconds)
-PAUSE_MAX = 16             # the most steps the chain sits out at once: a copy that starts meanwhile waits no longer
+PAUSE_MAX = 8              # the most steps the chain sits out at once: a copy that starts meanwhile waits no longer
 
 
 def call_seconds(cost: PassCost, segments: list[tuple[int, int]], one_batch: bool) -> float:
@@ -448,15 +449,16 @@ class Upkeep:
     def observe(self, spent: float, saved: float, single_pass: float) -> None:
         """At a step the chain asked, its own time was ``spent`` and its draft saved ``saved`` seconds of passes
         (negative where a wrong draft made the pass longer); ``single_pass`` is a single pass's seconds. A
-        request's first step is not weighed: it indexes the prompt, a cost paid once whatever asking brings after."""
+        request's first step is not weighed (it indexes the prompt, a cost paid once whatever asking brings after):
+        asking is credited there with UPKEEP_PRIOR single passes saved instead."""
         self.asked += 1
         if self.asked == 1:
+            self.saved = UPKEEP_PRIOR * single_pass
             return
         self.spent = UPKEEP_DECAY * self.spent + spent
         self.saved = UPKEEP_DECAY * self.saved + saved
         self.weight = UPKEEP_DECAY * self.weight + 1.0
-        if (self.asked >= UPKEEP_WARM_UP and self.saved < self.spent
-                and self.spent > UPKEEP_SHARE * single_pass * self.weight):
+        if self.saved < self.spent and self.spent > UPKEEP_SHARE * single_pass * self.weight:
             self.pause = min(2 * self.pause or 1, PAUSE_MAX)
             self.left = self.pause
         else:
