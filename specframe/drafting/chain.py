@@ -270,6 +270,7 @@ class DrafterChain:
         self._asked_cheap = []
 
     def _sit_out(self, entry: ChainEntry) -> None:
+        """Not asked at this step, as asking did not pay (gain.Upkeep): counted as held back."""
         entry.record.sat_out()
         entry.stats.held_back += 1
 

@@ -55,9 +55,10 @@ EMPTY_CALLS = 3            # a model whose calls drafted nothing this many times
 UPKEEP_PRIOR = 4.0         # single passes' worth of savings asking starts a request with: a drafter whose copies come
                            # now and then is not paused before the first came (nor the chain)
 UPKEEP_DECAY = 0.995       # weight of the past in what asking cost and saved, per step asked: about a request
-UPKEEP_SHARE = 0.02        # the chain's own time a step, as a share of a single pass, under which asking is never
-                           # paused (a CPU's: tens of microseconds beside tens of milliseconds)
-PAUSE_MAX = 8              # the most steps the chain sits out at once: a copy that starts meanwhile waits no longer
+UPKEEP_SHARE = 0.02        # the time weighed (the chain's a step, a drafter's a call), as a share of a single pass,
+                           # under which asking is never paused (a CPU's: tens of microseconds beside tens of ms)
+PAUSE_MAX = 8              # the most steps the chain, or a drafter, sits out at once: a copy that starts meanwhile
+                           # waits no longer
 
 
 def call_seconds(cost: PassCost, segments: list[tuple[int, int]], one_batch: bool) -> float:
