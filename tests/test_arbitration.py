@@ -498,6 +498,35 @@ def test_a_model_is_not_probed_where_catching_up_costs_more_than_its_draft_could
     assert slow_to_catch_up.calls.count(PROMPT) == 3
 
 
+class SlowlyDrafting(Recorded):
+    """A draft model whose calls take 5 ms, and whose drafts are wrong from their first token."""
+
+    def draft(self, history, n_max):
+        time.sleep(0.005)
+        return super().draft(history, n_max)
+
+
+def test_a_model_is_probed_only_where_a_draft_as_long_as_its_drafts_come_out_could_pay():
+    """On EPYC a 16-token draft all right would pay, a 1-token one not: a model whose drafts stop after one token
+    (its confidence under p_min) is probed at a request's first step, not again and again for a length it does not
+    draft."""
+    long_drafts = SlowlyDrafting(16, wrong_at=0, uses_model=True)
+    one_token_drafts = SlowlyDrafting(1, wrong_at=0, uses_model=True)
+    for model in (long_drafts, one_token_drafts):
+        replay(chain_of(model, cost=EPYC), n_tokens=300)
+    assert long_drafts.calls[-1] > PROMPT + 2 * PROBE_EVERY          # probed at growing intervals
+    assert one_token_drafts.calls == [PROMPT]
+
+
+def test_how_far_a_models_drafts_go_is_learnt_anew_for_each_request():
+    record = DrafterRecord()
+    for _ in range(3):
+        record.drafted(1, asked=16, longest=16)           # stopped short: prose, where it is seldom confident
+    assert record.reach(16) == 1
+    record.restart()
+    assert record.reach(16) == 16                         # the next request may be code
+
+
 class CatchingUp(Recorded):
     """A draft model that evaluates the tokens it has not seen at 5 ms each (its begin, over the prompt, too: that
     times its catching up), then takes 10 ms per token it drafts (and one more pass)."""

@@ -311,7 +311,7 @@ class DrafterChain:
         expected_to_pay = prospect > to_beat
         could_pay = (uses_model and not expected_to_pay                 # only then does decide() weigh it
                      and not self._worth_verifying(to_beat, self._plain_rate())
-                     and best_cut(np.ones(n_max), cost, record.cost, self.n_min, share=self._share,
+                     and best_cut(np.ones(reach), cost, record.cost, self.n_min, share=self._share,
                                   catching_up=catching_up)[1] > to_beat)
         decision = record.decide(expected_to_pay, uses_model, could_pay)
         if decision is None:

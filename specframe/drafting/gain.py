@@ -244,7 +244,10 @@ class DrafterRecord:
         return min(1.0, self._confirmed / self._expected)
 
     def restart(self) -> None:
+        """A request starts: what its drafts carried on, and how far they went (that was another text), is
+        forgotten."""
         self._rest, self._run, self._first_step, self._burst, self._empty = self._rest[:0], 0, True, 0, 0
+        self._reach.clear()
 
     def began(self, n_prompt: int, seconds: float) -> bool:
         """Its begin took ``seconds`` over a prompt of ``n_prompt`` tokens; return whether that timed its catching
@@ -375,8 +378,9 @@ class DrafterRecord:
 
     def decide(self, expected_to_pay: bool, uses_model: bool, could_pay: bool = False) -> str | None:
         """Called once a step for a drafter asked only when it pays: ASK, PROBE (a short draft, so that an estimate
-        that holds it back can be proved wrong) or None. ``could_pay``: a draft of it would pay if all its tokens
-        were right (the table and its call cost allow a gain at all) and no other draft is expected to pay.
+        that holds it back can be proved wrong) or None. ``could_pay``: a draft of it, as long as its drafts come out
+        (``reach``), would pay if all its tokens were right (the table and its call cost allow a gain at all) and
+        no other draft is expected to pay.
 
         Every drafter is probed at the first step of a request, and after ``probe_every`` steps held back
         (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model is
