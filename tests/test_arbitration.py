@@ -258,6 +258,74 @@ def test_a_drafter_whose_drafts_never_win_sits_out_while_the_winner_is_asked_at_
     assert max(np.diff(silent.calls)) == 3 * (PAUSE_MAX + 1)     # 3 tokens a step: a pause counts steps
 
 
+# An H200's passes as calibrated there: a single pass replays a captured CUDA graph, a longer one launches its kernels
+# one by one (two tokens 2.5 single passes, sixteen 3.0): only a draft expected to bring two tokens or more pays.
+H200 = PassCost({1: 0.00182, 2: 0.00464, 4: 0.00389, 8: 0.00427, 16: 0.00550, 17: 0.00577})
+
+
+class WrongUntilACopy(Recorded):
+    """Drafts 16 tokens all wrong, taking 0.3 ms a call, until the reply starts repeating at ``copy_from``; from
+    there on drafts the reference."""
+
+    def __init__(self, copy_from):
+        super().__init__(16)
+        self.copy_from = copy_from
+
+    def draft(self, history, n_max):
+        time.sleep(0.0003)
+        draft = super().draft(history, n_max)
+        return draft if len(history) >= self.copy_from else Draft.of(draft.tokens + 1)
+
+
+def test_a_drafter_whose_first_drafts_missed_is_verified_again_soon_after_its_copy_starts():
+    """On an H200 its first draft, verified on the prior's trust, misses: trust falls, and with it every later draft
+    under what a pass over it costs. Were trust learnt from verified drafts alone, nothing would raise it again: the
+    chain sits out most steps (its time is not negligible beside the pass), and at those it asks, the drafter's right
+    drafts, each fresh from a pause, are not trusted enough to verify. Its drafts not verified teach trust too, once
+    the output decides them, and a copy carries on through the steps it was not asked at."""
+    copy_from = PROMPT + 40
+    chain = chain_of(WrongUntilACopy(copy_from), cost=H200)
+    chain.begin(REFERENCE[:PROMPT])
+    at, missed, copied = PROMPT, 0, 0
+    while at < copy_from + 100:
+        draft = chain.draft(REFERENCE[:at], 16)
+        accepted = common_prefix(draft.tokens, REFERENCE[at:])
+        chain.accept(accepted, REFERENCE[at:at + accepted + 1])
+        missed += len(draft) > 0 and not accepted
+        copied += accepted
+        at += accepted + 1
+    assert missed >= 1
+    assert copied >= 60            # of the copy's first 100 tokens (23-39 when trust learnt from verified drafts)
+
+
+def test_trust_learns_from_a_draft_not_verified_once_the_output_decides_it():
+    record, p = DrafterRecord(), np.full(8, 0.9)
+    for _ in range(3):
+        record.verified(p, 0)                   # each promised about 5 tokens, none stood
+    low = record.trust
+    record.not_verified(REFERENCE[:8], p)
+    record.heard(REFERENCE[:1], drafted=True)
+    assert record.trust == low                  # not decided yet
+    record.not_verified(REFERENCE[1:9] + 1, p)  # one followed at a time: this one is not
+    record.heard(REFERENCE[1:5], drafted=False)
+    record.heard(REFERENCE[5:9], drafted=False)
+    assert record.trust > low + 0.2             # all 8 stood
+    raised = record.trust
+    record.not_verified(REFERENCE[9:17], p)
+    record.heard(REFERENCE[9:10] + 1, drafted=False)
+    assert record.trust < raised                # its first token did not
+
+
+def test_a_copy_carries_on_through_the_steps_its_drafter_made_no_draft_at():
+    record = DrafterRecord()
+    record.score(REFERENCE[:16], 0, 0, REFERENCE[:1])     # right so far
+    for at in range(1, 5):                                # not asked (a pause), the output following it
+        record.heard(REFERENCE[at:at + 1], drafted=False)
+    assert record.run_of(REFERENCE[5:21]) > 0             # the next draft carries on a run of 5
+    record.heard(REFERENCE[5:6] + 1, drafted=False)       # the output departs from it
+    assert record.run_of(REFERENCE[6:22]) == 0
+
+
 def test_a_cheap_drafter_held_back_is_probed_at_growing_intervals():
     wrong = Recorded(16, wrong_at=0)
     chain = chain_of(wrong, arbitration="priority")

@@ -112,6 +112,8 @@ class _Candidate:
     run: int                                                      # its run bucket (gain.py)
     support: int                                                  # context support of its first token
     p: np.ndarray = field(default_factory=lambda: np.empty(0))   # acceptance of each token, its predecessors given
+    unverified_cut: int = 0   # the length a verification of it would take were its drafter trusted fully, where
+                              # that would pay and its drafter is not (0 elsewhere): trust learns from it unverified
 
 
 class DrafterChain:
@@ -232,6 +234,7 @@ class DrafterChain:
         next token). Every draft of this step is scored against them, and its drafter hears ``accept`` once they
         decide it (``decided``)."""
         if self._sat_out:
+            self._hear(np.asarray(emitted))
             return
         accepting = time.perf_counter()
         drafted = len(self._chosen.draft) if self._chosen is not None else 0
@@ -249,6 +252,11 @@ class DrafterChain:
         if len(self._agreed):
             agreed = common_prefix(self._agreed, emitted)
             self._agreement(self._agreed_support).observe(agreed, agreed < min(len(self._agreed), len(emitted)))
+        for candidate in self._candidates:
+            if candidate.unverified_cut and candidate.entry is not winner:
+                cut = candidate.unverified_cut
+                candidate.entry.record.not_verified(candidate.draft.tokens[:cut], candidate.p[:cut])
+        self._hear(emitted)
         for candidate in self._candidates:
             entry = candidate.entry
             confirmed = entry.record.score(candidate.draft.tokens, candidate.run, candidate.support, emitted)
@@ -268,6 +276,13 @@ class DrafterChain:
                 entry.upkeep.observe(seconds, saved if entry is winner else 0.0, single)
             self.upkeep.observe(self._spent + time.perf_counter() - accepting, saved, single)
         self._asked_cheap = []
+
+    def _hear(self, emitted: np.ndarray) -> None:
+        """Every drafter's record hears what the target emitted, at every step, asked or not: it decides the drafts
+        that were not verified (DrafterRecord.heard)."""
+        drafted = {id(candidate.entry) for candidate in self._candidates}
+        for entry in self._active():
+            entry.record.heard(emitted, id(entry) in drafted)
 
     def _sit_out(self, entry: ChainEntry) -> None:
         """Not asked at this step, as asking did not pay (gain.Upkeep): counted as held back."""
@@ -371,11 +386,15 @@ class DrafterChain:
     def _best(self) -> tuple[_Candidate, float, int] | None:
         """The candidate with the best rate (the most expected tokens without a cost model), its rate and cut."""
         self._estimate_agreement()
+        plain = self._plain_rate()
         best = None
         for candidate in self._candidates:
             if self.cost is not None:
-                k, rate = best_cut(candidate.p, self.cost, n_min=self.n_min, trust=candidate.entry.record.trust,
-                                   share=self._share)
+                trust = candidate.entry.record.trust
+                k, rate = best_cut(candidate.p, self.cost, n_min=self.n_min, trust=trust, share=self._share)
+                if trust < 1.0:
+                    k_trusted, trusted = best_cut(candidate.p, self.cost, n_min=self.n_min, share=self._share)
+                    candidate.unverified_cut = k_trusted if self._worth_verifying(trusted, plain) else 0
             else:
                 k, rate = len(candidate.p), float(expected_tokens(candidate.p)[-1])
             if best is None or rate > best[1]:

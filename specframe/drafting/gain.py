@@ -219,6 +219,9 @@ class DrafterRecord:
     _burst_through_misses: bool = False   # the burst of a request's first steps goes on after a miss
     _expected: float = CALIBRATION_PRIOR   # decayed sums of tokens its verified drafts were expected to get right,
     _confirmed: float = CALIBRATION_PRIOR  # and of those that were
+    _unverified: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))   # a draft of it not
+    _unverified_expected: float = 0.0      # verified, cut as a verification would have, still to be decided by the
+    _unverified_heard: int = 0             # output; what it was expected to get right; its tokens the output confirmed
     catch_up: float = 0.0            # a model's seconds per token it evaluates in a batch, timed over its begin
                                      # (0: not known yet)
     _seen: int = 0                   # the history's length at its last call (or begin)
@@ -248,6 +251,7 @@ class DrafterRecord:
         forgotten."""
         self._rest, self._run, self._first_step, self._burst, self._empty = self._rest[:0], 0, True, 0, 0
         self._reach.clear()
+        self._unverified = self._unverified[:0]
 
     def began(self, n_prompt: int, seconds: float) -> bool:
         """Its begin took ``seconds`` over a prompt of ``n_prompt`` tokens; return whether that timed its catching
@@ -267,9 +271,8 @@ class DrafterRecord:
         self._seen, self._held_back = n_history, False
 
     def sat_out(self) -> None:
-        """The chain asked no drafter at this step (Upkeep): a model catches up on it when next asked, and its next
-        draft carries on nothing."""
-        self._held_back, self._rest, self._run = True, self._rest[:0], 0
+        """It was not asked at this step (Upkeep): a model catches up on it when next asked."""
+        self._held_back = True
 
     def assume_drafting_rate(self, seconds_per_token: float, n_max: int) -> None:
         """Price its calls, until they are timed, at the rate an earlier run timed (0: unknown, nothing assumed):
@@ -353,8 +356,41 @@ class DrafterRecord:
         """One of its drafts, whose tokens were estimated ``p``, was verified: ``n_accepted`` stood. Chosen drafts
         are those whose estimates were highest, so these are where estimates are most likely to promise too
         much."""
-        self._expected = DECAY * self._expected + float(np.cumprod(p).sum())
-        self._confirmed = DECAY * self._confirmed + n_accepted
+        self._calibrated(float(np.cumprod(p).sum()), n_accepted)
+
+    def not_verified(self, tokens: np.ndarray, p: np.ndarray) -> None:
+        """A draft of it, cut to ``tokens`` as a verification would have cut it (estimated ``p``), was not verified:
+        once the output decides it (``heard``), its trust learns from it as from a verified one. Trust learnt from
+        verified drafts alone, once low, keeps a drafter's drafts from being verified, and so from ever rising
+        again: where a pass over a few tokens costs two or three single ones (a GPU's), two early misses would
+        hold a copy that comes right later back for the whole request. One draft is followed at a time."""
+        if len(tokens) and not len(self._unverified):
+            self._unverified, self._unverified_heard = tokens, 0
+            self._unverified_expected = float(np.cumprod(p).sum())
+
+    def heard(self, emitted: np.ndarray, drafted: bool) -> None:
+        """The target emitted ``emitted`` at this step, which may decide the draft followed (``not_verified``).
+        Where it made no draft this step (not asked, sat out, or nothing to draft: ``drafted`` False), its last
+        draft carries on while the output follows it, as it does through the steps it drafts: a copy under way is
+        still one when the drafter is next asked."""
+        if not drafted and len(self._rest):
+            confirmed = common_prefix(self._rest, emitted)
+            holds = confirmed == min(len(self._rest), len(emitted))
+            self._rest = self._rest[len(emitted):] if holds else self._rest[:0]
+            self._run = self._run + confirmed if holds else 0
+        rest = self._unverified[self._unverified_heard:]
+        if not len(rest):
+            return
+        confirmed = common_prefix(rest, emitted)
+        if confirmed < min(len(rest), len(emitted)) or confirmed == len(rest):
+            self._calibrated(self._unverified_expected, self._unverified_heard + confirmed)
+            self._unverified = self._unverified[:0]
+        else:
+            self._unverified_heard += confirmed
+
+    def _calibrated(self, expected: float, confirmed: int) -> None:
+        self._expected = DECAY * self._expected + expected
+        self._confirmed = DECAY * self._confirmed + confirmed
 
     def score(self, draft_tokens: np.ndarray, run: int, support: int, emitted: np.ndarray) -> int:
         """Score a draft against the tokens the target emitted; return how many it got right."""
