@@ -402,12 +402,13 @@ class DrafterChain:
         return best
 
     def _estimate_agreement(self) -> None:
-        """Each candidate's per-token acceptance: its drafter's estimate, raised where another draft agrees."""
+        """Each candidate's per-token acceptance: its drafter's estimate (made when it was asked), raised where another
+        draft agrees (in place: raising twice by the same draft changes nothing)."""
         candidates = self._candidates
         longest_agreed = self._agreed
         for candidate in candidates:
             tokens = candidate.draft.tokens
-            p = candidate.entry.record.p(len(tokens), candidate.run, candidate.support)
+            p = candidate.p
             for other in candidates:
                 if other is candidate:
                     continue
@@ -418,7 +419,6 @@ class DrafterChain:
                     p[:agreed] = np.maximum(p[:agreed], np.maximum(backing, shared))
                     if agreed > len(longest_agreed):
                         longest_agreed, self._agreed_support = tokens[:agreed], candidate.support
-            candidate.p = p
         self._agreed = longest_agreed
 
     def _agreement(self, support: int) -> Acceptance:
