@@ -44,6 +44,7 @@ from specframe.drafting.gain import (
     PassShare,
     Upkeep,
     best_cut,
+    decided,
     expected_tokens,
     plain_rate,
 )
@@ -526,15 +527,6 @@ class DrafterChain:
             self._disable(entry, str(exc))
             return None
         return draft
-
-
-def decided(n_drafted: int, n_confirmed: int, n_emitted: int) -> bool:
-    """Whether the tokens the target emitted decide a draft of ``n_drafted`` whose first ``n_confirmed`` they
-    confirmed: they refuted one of its tokens, or confirmed them all. A draft they agree with but end before (one
-    cut to a shorter verification, or not verified this step) is not decided: told it was accepted only as far as
-    the output went, a drafter that learns from its acceptance (ngram-mod's pool reset, ngram-map's draft lengths)
-    would take every such draft for a poor one."""
-    return n_confirmed < min(n_drafted, n_emitted) or n_confirmed == n_drafted
 
 
 class InvalidDraft(ValueError):

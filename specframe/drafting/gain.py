@@ -61,6 +61,15 @@ PAUSE_MAX = 8              # the most steps the chain, or a drafter, sits out at
                            # waits no longer
 
 
+def decided(n_drafted: int, n_confirmed: int, n_emitted: int) -> bool:
+    """Whether the tokens the target emitted decide a draft of ``n_drafted`` whose first ``n_confirmed`` they
+    confirmed: they refuted one of its tokens, or confirmed them all. A draft they agree with but end before (one
+    cut to a shorter verification, or not verified this step) is not decided: told it was accepted only as far as
+    the output went, a drafter that learns from its acceptance (ngram-mod's pool reset, ngram-map's draft lengths)
+    would take every such draft for a poor one."""
+    return n_confirmed < min(n_drafted, n_emitted) or n_confirmed == n_drafted
+
+
 def call_seconds(cost: PassCost, segments: list[tuple[int, int]], one_batch: bool) -> float:
     """Seconds of one llama_decode over ``segments``, (sequence id, tokens) in batch order. With a KV buffer per
     sequence llama.cpp evaluates it in parts: each takes, from a run of consecutive sequence ids, as many tokens
@@ -382,7 +391,7 @@ class DrafterRecord:
         if not len(rest):
             return
         confirmed = common_prefix(rest, emitted)
-        if confirmed < min(len(rest), len(emitted)) or confirmed == len(rest):
+        if decided(len(rest), confirmed, len(emitted)):
             self._calibrated(self._unverified_expected, self._unverified_heard + confirmed)
             self._unverified = self._unverified[:0]
         else:
