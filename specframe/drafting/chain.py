@@ -393,6 +393,7 @@ class DrafterChain:
             if self.cost is not None:
                 trust = candidate.entry.record.trust
                 k, rate = best_cut(candidate.p, self.cost, n_min=self.n_min, trust=trust, share=self._share)
+                candidate.unverified_cut = 0     # weighed again at each call: a draft that agrees may have come
                 if trust < 1.0 and not self._worth_verifying(rate, plain):   # held back by its trust alone?
                     k_trusted, trusted = best_cut(candidate.p, self.cost, n_min=self.n_min, share=self._share)
                     candidate.unverified_cut = k_trusted if self._worth_verifying(trusted, plain) else 0
