@@ -146,6 +146,7 @@ class DrafterChain:
                                    # those itself
         self._sat_out = False   # this step asked no drafter
         self._asked_cheap: list[tuple[ChainEntry, float]] = []   # this step's cheap drafters, and their calls' time
+        self._asked_costly: list[tuple[ChainEntry, float]] = []  # the same of drafters asked only where they pay
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
         """A request starts: each drafter sees the prompt and learns how drafts are accepted (``Drafter.begin``).
@@ -197,7 +198,7 @@ class DrafterChain:
         Under the gain rule the chain sits out steps while asking costs more than its drafts save (gain.Upkeep)."""
         start = time.perf_counter()
         self._candidates, self._chosen, self._share, self.expected = [], None, share, 1.0
-        self._priced_calls, self._asked_cheap = 0.0, []
+        self._priced_calls, self._asked_cheap, self._asked_costly = 0.0, [], []
         self._sat_out = self._weighs_upkeep() and self.upkeep.sits_out()
         if self._sat_out:
             for entry in self._active():
@@ -275,15 +276,20 @@ class DrafterChain:
             single, saved = self.cost.seconds(1), self._saved(drafted, len(emitted))
             for entry, seconds in self._asked_cheap:
                 entry.upkeep.observe(seconds, saved if entry is winner else 0.0, single)
+            for entry, seconds in self._asked_costly:
+                entry.record.probe_budget.called(seconds, saved if entry is winner else 0.0)
             self.upkeep.observe(self._spent + time.perf_counter() - accepting, saved, single)
-        self._asked_cheap = []
+        self._asked_cheap, self._asked_costly = [], []
 
     def _hear(self, emitted: np.ndarray) -> None:
         """Every drafter's record hears what the target emitted, at every step, asked or not: it decides the drafts
-        that were not verified (DrafterRecord.heard)."""
+        that were not verified (DrafterRecord.heard), and plain decoding's time for those tokens is what its probes
+        may cost a share of (gain.ProbeBudget)."""
         drafted = {id(candidate.entry) for candidate in self._candidates}
+        token_seconds = self._plain_token_seconds() if self._weighs_upkeep() else 0.0
         for entry in self._active():
             entry.record.heard(emitted, id(entry) in drafted)
+            entry.record.probe_budget.elapse(len(emitted), token_seconds)
 
     def _sit_out(self, entry: ChainEntry) -> None:
         """Not asked at this step, as asking did not pay (gain.Upkeep): counted as held back."""
@@ -301,9 +307,14 @@ class DrafterChain:
         if not drafted:
             return 0.0
         assert self.cost is not None
-        single = self._share.seconds(self.cost, 1)
-        return ((n_emitted - 1) * single / (self._share.expected + 1)
-                - (self._share.seconds(self.cost, 1 + drafted) - single))
+        return ((n_emitted - 1) * self._plain_token_seconds()
+                - (self._share.seconds(self.cost, 1 + drafted) - self._share.seconds(self.cost, 1)))
+
+    def _plain_token_seconds(self) -> float:
+        """What plain decoding's pass takes a token of this sequence's (a pass shared with other sequences yields
+        theirs too)."""
+        assert self.cost is not None
+        return self._share.seconds(self.cost, 1) / (self._share.expected + 1)
 
     # --- choosing ----------------------------------------------------------------------------------------------
 
@@ -337,7 +348,9 @@ class DrafterChain:
             length = min(PROBE_LENGTH, n_max)
         asking = time.perf_counter()
         candidate = self._ask(entry, history, max(length, self.n_min))
-        self._priced_calls += time.perf_counter() - asking
+        seconds = time.perf_counter() - asking
+        self._priced_calls += seconds
+        self._asked_costly.append((entry, seconds))
         return candidate
 
     def _by_gain(self, history: np.ndarray, n_max: int) -> _Candidate | None:

@@ -59,6 +59,10 @@ UPKEEP_SHARE = 0.02        # the time weighed (the chain's a step, a drafter's a
                            # under which asking is never paused (a CPU's: tens of microseconds beside tens of ms)
 PAUSE_MAX = 8              # the most steps the chain, or a drafter, sits out at once: a copy that starts meanwhile
                            # waits no longer
+PROBE_SHARE = 0.02         # what a costly drafter's calls may cost, net of what its drafts saved, before it is probed
+                           # no more: a share of plain decoding's time for the tokens emitted meanwhile (ProbeBudget),
+PROBE_CREDIT = 0.5         # and beyond that share, plain decoding's time for this many tokens: a probe that costs a
+                           # wrong draft's few milliseconds of pass is not the end of a request's first burst
 
 
 def decided(n_drafted: int, n_confirmed: int, n_emitted: int) -> bool:
@@ -207,6 +211,34 @@ class CallCost:
 
 
 @dataclass
+class ProbeBudget:
+    """What a costly drafter's calls cost, net of the pass seconds its verified drafts saved, against plain
+    decoding's time for the tokens emitted meanwhile (both decayed alike, about a request's worth, and kept across
+    requests). While the net cost exceeds PROBE_SHARE of that time the drafter is not probed: probes of a drafter
+    that does not pay then cost at most that share of a run. On a CPU where the 0.5B draft model's drafts cannot
+    pay even when right, its probes (each catching it up on the tokens it missed, then drafting two tokens that
+    save less than they cost) took 7% of a code-generation run. Where its drafts pay, nothing is held back; and as
+    the past decays, a drafter is probed again, never given up for good."""
+
+    net_cost: float = 0.0   # decayed seconds its calls took, less the pass seconds its drafts saved
+    plain: float = 0.0      # decayed seconds plain decoding takes for the tokens emitted
+    credit: float = 0.0     # PROBE_CREDIT tokens' worth of plain decoding's seconds
+
+    def elapse(self, n_tokens: int, token_seconds: float) -> None:
+        """A step emitted ``n_tokens``; plain decoding takes ``token_seconds`` a token."""
+        self.net_cost *= UPKEEP_DECAY
+        self.plain = UPKEEP_DECAY * self.plain + n_tokens * token_seconds
+        self.credit = PROBE_CREDIT * token_seconds
+
+    def called(self, seconds: float, saved: float) -> None:
+        """A call took ``seconds``; its draft, if verified, saved ``saved`` seconds of passes."""
+        self.net_cost += seconds - saved
+
+    def allows(self) -> bool:
+        return self.net_cost <= PROBE_SHARE * self.plain + self.credit
+
+
+@dataclass
 class DrafterRecord:
     """What the chain knows of one drafter: its acceptance by state and support, its call cost, when to probe it."""
 
@@ -238,6 +270,7 @@ class DrafterRecord:
     _empty: int = 0                  # its calls in a row of this request that drafted nothing
     _calls_timed: np.ndarray = field(default_factory=lambda: np.zeros(2))   # a model's calls: their wall seconds,
                                                                             # and other processes' CPU seconds then
+    probe_budget: ProbeBudget = field(default_factory=ProbeBudget)   # what probing it may still cost
 
     @classmethod
     def certain(cls) -> "DrafterRecord":
@@ -437,7 +470,9 @@ class DrafterRecord:
         drafts miss most, and one miss must not hold a model back for a whole run. After a later probe, the same
         burst goes on while its drafts come out right. A model whose last EMPTY_CALLS calls of the request drafted
         nothing (its confidence under p_min: open prose) is probed only after PROBE_MAX_EVERY steps: every probe
-        first catches it up on the tokens it missed, and on open prose those catch-ups cost 5% of a run."""
+        first catches it up on the tokens it missed, and on open prose those catch-ups cost 5% of a run. Nor is any
+        drafter probed while its calls have cost more than its drafts saved by PROBE_SHARE of the time decoded
+        (ProbeBudget), a burst included."""
         self._held_back = self._held_back or self.skipped > 0
         self.skipped += 1
         first, self._first_step = self._first_step, False
@@ -448,6 +483,9 @@ class DrafterRecord:
             self.skipped, self.probe_every = 0, PROBE_EVERY
             return ASK
         if uses_model and self._empty >= EMPTY_CALLS and self.skipped < PROBE_MAX_EVERY:
+            self._burst = 0
+            return None
+        if not self.probe_budget.allows():
             self._burst = 0
             return None
         if uses_model and not could_pay:
