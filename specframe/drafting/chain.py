@@ -286,7 +286,7 @@ class DrafterChain:
         that were not verified (DrafterRecord.heard), and plain decoding's time for those tokens is what its probes
         may cost a share of (gain.ProbeBudget)."""
         drafted = {id(candidate.entry) for candidate in self._candidates}
-        token_seconds = self._plain_token_seconds() if self._weighs_upkeep() else 0.0
+        token_seconds = 1 / self._plain_rate() if self._weighs_upkeep() else 0.0
         for entry in self._active():
             entry.record.heard(emitted, id(entry) in drafted)
             entry.record.probe_budget.elapse(len(emitted), token_seconds)
@@ -307,14 +307,9 @@ class DrafterChain:
         if not drafted:
             return 0.0
         assert self.cost is not None
-        return ((n_emitted - 1) * self._plain_token_seconds()
-                - (self._share.seconds(self.cost, 1 + drafted) - self._share.seconds(self.cost, 1)))
-
-    def _plain_token_seconds(self) -> float:
-        """What plain decoding's pass takes a token of this sequence's (a pass shared with other sequences yields
-        theirs too)."""
-        assert self.cost is not None
-        return self._share.seconds(self.cost, 1) / (self._share.expected + 1)
+        single = self._share.seconds(self.cost, 1)
+        return ((n_emitted - 1) * single / (self._share.expected + 1)
+                - (self._share.seconds(self.cost, 1 + drafted) - single))
 
     # --- choosing ----------------------------------------------------------------------------------------------
 
