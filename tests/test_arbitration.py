@@ -569,10 +569,12 @@ def test_a_model_is_not_probed_where_catching_up_costs_more_than_its_draft_could
 
 
 class SlowlyDrafting(Recorded):
-    """A draft model whose calls take 5 ms, and whose drafts are wrong from their first token."""
+    """A draft model whose calls take ``call_seconds``, 5 ms."""
+
+    call_seconds = 0.005
 
     def draft(self, history, n_max):
-        time.sleep(0.005)
+        time.sleep(self.call_seconds)
         return super().draft(history, n_max)
 
 
@@ -588,13 +590,11 @@ def test_a_model_is_probed_only_where_a_draft_as_long_as_its_drafts_come_out_cou
     assert one_token_drafts.calls == [PROMPT]
 
 
-class DearModel(Recorded):
+class DearModel(SlowlyDrafting):
     """A draft model whose calls take 50 ms, 1.7 single passes on XEON (the 0.5B's on a 2-core EPYC take a pass and
     more)."""
 
-    def draft(self, history, n_max):
-        time.sleep(0.050)
-        return super().draft(history, n_max)
+    call_seconds = 0.050
 
 
 def test_probes_of_a_model_that_does_not_pay_cost_at_most_their_share_of_the_run():
@@ -605,8 +605,8 @@ def test_probes_of_a_model_that_does_not_pay_cost_at_most_their_share_of_the_run
     model = DearModel(16, wrong_at=0, uses_model=True)
     chain = chain_of(model, cost=XEON)
     replay(chain, n_tokens=300)
-    spent = 0.050 * len(model.calls)
-    assert spent <= PROBE_SHARE * plain_seconds(300) + PROBE_CREDIT * XEON.seconds(1) + 0.050  # one call's overshoot
+    call = DearModel.call_seconds     # what its calls took: beyond the credit, the share, but for one call's overshoot
+    assert call * len(model.calls) <= PROBE_SHARE * plain_seconds(300) + PROBE_CREDIT * XEON.seconds(1) + call
     assert model.calls[0] == PROMPT and model.calls[-1] > PROMPT + 2 * PROBE_EVERY
     assert chain.entries[0].stats.wins <= 1
 
