@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from specframe.drafting.catch_up import forget_model_rates
-from specframe.drafting.pass_cost import PassCost, PassCostStore
+from specframe.drafting.pass_cost import DEPTH_STEP, MIN_DEPTH_STEP, PassCost, PassCostStore
 from specframe.llama import Context, timing_identity
 from specframe.model_settings import ModelSettings
 from specframe.paths import cache_dir
@@ -62,7 +62,8 @@ class Calibration:
             stored = None if cost.stale else self.store.load()
             if stored is not None and stored.covers(sizes):
                 PassCost.__init__(cost, stored.measured, measured_at=stored.measured_at, other_load=stored.other_load,
-                                  confirmed=stored.confirmed, gpu=stored.gpu)
+                                  confirmed=stored.confirmed, gpu=stored.gpu, per_position=stored.per_position,
+                                  depth=stored.depth)
                 return
             if cost.stale:
                 log.info("measuring the pass costs again: %s", cost.stale_reason)
@@ -82,6 +83,7 @@ class Calibration:
         self.context.clear()
         self.ensure(sizes)
         if not self.cost.confirmed:
+            self.cost.at_depth(0)
             self.cost.spot_check(self._pass_runner(max(sizes), 0, 0), [min(max(sizes), DENSE_SIZES)])
             self.ensure(sizes)
         return self.cost
@@ -91,23 +93,42 @@ class Calibration:
         positions, and measured again only if that finds it stale too (PassCost.recheck)."""
         cost, largest = self.cost, max(sizes)
         if cost is not None and cost.stale:
+            cost.at_depth(n_past)
             cost.recheck(self._pass_runner(largest, seq, n_past), min(largest, DENSE_SIZES), largest)
         self.ensure(sizes, seq, n_past)
 
     def _measure(self, cost: PassCost, sizes: list[int], seq: int, n_past: int) -> None:
-        cost.calibrate(self._pass_runner(max(sizes), seq, n_past), sizes, gpu=self.context.model.offloaded)
+        """Calibrate on sequence ``seq`` after ``n_past`` positions, and DEPTH_STEP deeper where the context has
+        room (filled for the purpose, then rolled back)."""
+        largest, ctx = max(sizes), self.context
+        positions = min(DEPTH_STEP, ctx.n_batch, ctx.n_ctx - n_past - largest)
+        deeper = None
+        if positions >= MIN_DEPTH_STEP:
+            deeper = (positions, self._pass_runner(largest, seq, n_past, positions))
+        try:
+            cost.calibrate(self._pass_runner(largest, seq, n_past), sizes, gpu=ctx.model.offloaded, depth=n_past,
+                           deeper=deeper)
+        finally:
+            ctx.truncate(n_past, seq)
 
-    def _pass_runner(self, largest: int, seq: int, n_past: int):
+    def _pass_runner(self, largest: int, seq: int, n_past: int, deeper: int = 0):
         """``run_pass(n) -> seconds``: one pass over ``n`` filler tokens on sequence ``seq`` after its first
-        ``n_past`` positions, rolled back after."""
+        ``n_past`` positions and ``deeper`` more of filler (decoded at the first pass, untimed), rolled back to
+        them after."""
         ctx = self.context
-        filler = np.full(largest, ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0, dtype=np.int32)
+        filler = np.full(largest + deeper, ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0, dtype=np.int32)
+        start_pos = n_past + deeper
+        filled = not deeper
 
         def run_pass(n: int) -> float:
+            nonlocal filled
+            if not filled:
+                ctx.decode(filler[:deeper], n_past, seq=seq)
+                filled = True
             start = time.perf_counter()
-            ctx.decode(filler[:n], n_past, all_logits=True, seq=seq)
+            ctx.decode(filler[:n], start_pos, all_logits=True, seq=seq)
             seconds = time.perf_counter() - start
-            ctx.truncate(n_past, seq)
+            ctx.truncate(start_pos, seq)
             return seconds
 
         return run_pass

@@ -294,7 +294,8 @@ def calibrate(config, reset, as_json):
         if as_json:
             click.echo(json.dumps({"path": str(engine.pass_cost_store.path), "measured_at": cost.measured_at,
                                    "other_load": cost.other_load, "stored": cost.storable,
-                                   "tiled_matmul": tiled_matmul_on(),
+                                   "tiled_matmul": tiled_matmul_on(), "depth": cost.depth,
+                                   "per_position": cost.per_position,
                                    "seconds": {str(n): s for n, s in table.items()}}, indent=2))
             return
     import datetime
@@ -305,6 +306,8 @@ def calibrate(config, reset, as_json):
     click.echo(f"pass costs of {engine.model.path}: measured {when}, other processes' load {load}, ggml's tiled "
                f"matmul {'on' if tiled_matmul_on() else 'off'}, "
                + (f"stored in {engine.pass_cost_store.path}" if cost.storable else "not stored"))
+    click.echo(f"at depth {cost.depth}; each token of a pass adds {cost.per_position * 1e6:.2f} ms per 1000 "
+               "positions deeper")
     click.echo("tokens     ms   x single pass   ms per token")
     for n, seconds in table.items():
         click.echo(f"{n:6d} {seconds * 1e3:6.1f}   {seconds / table[1]:13.2f}   {seconds * 1e3 / n:12.1f}")

@@ -193,6 +193,7 @@ def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_c
     assert first.exit_code == 0, first.output
     table = json.loads(first.stdout)
     assert set(table["seconds"]) >= {str(n) for n in range(1, 18)} and table["stored"]
+    assert table["depth"] == 0 and table["per_position"] >= 0.0      # what depth adds, timed 256 positions on
     again = json.loads(run("calibrate", "--config", str(config), "--json").stdout)
     assert again["measured_at"] == table["measured_at"]          # stored: not measured again
     from specframe.drafting.catch_up import ModelRateStore, catch_up_folder
@@ -204,3 +205,4 @@ def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_c
     assert rate.load() == 0.0                                   # the draft models' rates are timed again too
     shown = run("calibrate", "--config", str(config))
     assert "x single pass" in shown.stdout and "\n    17 " in shown.stdout
+    assert "at depth 0; each token of a pass adds" in shown.stdout

@@ -407,6 +407,24 @@ def test_a_first_runs_measuring_of_the_pass_costs_is_counted_apart_from_prompt_a
     assert "pass costs measured" not in format_stats(again)
 
 
+def test_a_first_run_measures_what_depth_adds_at_its_prompt_and_prices_each_pass_where_it_runs(engine_for):
+    """The table is taken after the first request's prompt, and again DEPTH_STEP positions of filler deeper, which
+    is rolled back: the reply is plain decoding's. Each step then prices its draft at the sequence's own depth."""
+    engine = engine_for(DRAFTERS["prompt-lookup"], speculative="adaptive = true")
+    plain = engine.generate(PROMPT, raw=True, max_tokens=40, speculative=False)
+    cost = engine.pass_cost
+    depths = []
+    at_depth = cost.at_depth
+    cost.at_depth = lambda position: (depths.append(position), at_depth(position))
+    result = engine.generate(PROMPT, raw=True, max_tokens=40)
+    read = len(engine.prompt_tokens(PROMPT, raw=True)) - 1    # the prompt's last token goes with the first pass
+    assert cost.depth == read and cost.per_position >= 0.0     # timed (a tiny model's attention: a little)
+    assert engine.pass_cost_store.load().depth == read
+    assert result.tokens == plain.tokens
+    assert depths[0] == read and depths == sorted(set(depths))      # each step at its own depth, onwards
+    assert len(depths) == result.stats.n_target_passes and depths[-1] < read + len(result.tokens)
+
+
 def test_a_draft_models_load_on_first_use_is_counted_apart_from_prompt_and_decoding(engine_for, monkeypatch):
     from specframe.drafters.draft_model import DraftModelDrafter
 

@@ -139,16 +139,64 @@ def test_a_calibration_measured_impossible_twice_is_bounded_and_not_stored(tmp_p
     assert "impossible" in caplog.text
 
 
+def deepened(depth: int, per_position: float = 11e-6):
+    """run_pass of the EPYC table run ``depth`` positions deep, each token of a pass ``per_position`` seconds dearer
+    per position (the 1.5B on a Zen 3 EPYC: 20 to 30 microseconds beside a single pass of 80 ms; here as much
+    beside this table's 30 ms)."""
+    return lambda n: EPYC[n] / 1000 + per_position * n * depth
+
+
+def test_calibration_times_what_each_position_of_depth_adds_and_prices_every_depth_by_it():
+    cost = PassCost()
+    cost.calibrate(deepened(300), range(1, 18), depth=300, deeper=(256, deepened(300 + 256)))
+    assert cost.depth == 300 and cost.per_position == pytest.approx(11e-6)
+    assert cost.seconds(16) == pytest.approx(EPYC[16] / 1000 + 11e-6 * 16 * 300)     # where it was measured
+    cost.at_depth(2000)
+    for n in (1, 5, 16):
+        assert cost.seconds(n) == pytest.approx(deepened(2000)(n))
+    assert cost.seconds_from(1, 17) == pytest.approx([deepened(2000)(n) for n in range(1, 18)])
+    cost.at_depth(300)
+    assert cost.seconds_from(1, 17) == pytest.approx([deepened(300)(n) for n in range(1, 18)])
+    assert cost.seconds_at(16, 0) == pytest.approx(EPYC[16] / 1000)
+    no_room = PassCost()
+    no_room.calibrate(deepened(300), range(1, 18), depth=300)      # the context left no room to time it deeper
+    assert no_room.per_position == 0.0 and no_room.seconds_at(16, 2000) == no_room.seconds(16)
+
+
+def test_a_table_taken_at_one_depth_is_not_found_stale_by_passes_at_another():
+    """Without what depth adds, a table taken at a short prompt finds the passes of a long conversation off its
+    level (3000 positions on, a single pass costs 2.1 times its entry, a 16-token one 2.8), and is measured again
+    there; that table, stored, prices the next short request's drafts too dear (replayed: 5% of the chain's speed
+    on the built-in and standard-library prompts, for the week a table lives), and is measured again there."""
+    def passes_at(cost, depth, run_pass):
+        cost.at_depth(depth)
+        for n in (1, 1, 1, 16, 1, 16, 1, 16, 12, 16, 8, 16):
+            cost.observe(n, run_pass(n))
+
+    aware = PassCost()
+    aware.calibrate(deepened(40), range(1, 18), depth=40, deeper=(256, deepened(40 + 256)))
+    aware._trusted_since = None                 # judged at once, not after REMEASURE_AFTER_SECONDS
+    passes_at(aware, 3000, deepened(3000))
+    assert not aware.stale
+    blind = PassCost()
+    blind.calibrate(deepened(40), range(1, 18), depth=40)
+    blind._trusted_since = None
+    passes_at(blind, 3000, deepened(3000))
+    assert blind.stale
+
+
 def test_stored_tables_round_trip_and_record_when_and_under_what_load(tmp_path, monkeypatch):
     monkeypatch.setattr(pass_cost, "other_load", lambda *_: 0.0)   # the file is tested, not this machine's load
     cost = PassCost()
-    cost.calibrate(lambda n: EPYC[n] / 1000, range(1, 18))
+    cost.calibrate(deepened(100), range(1, 18), depth=100, deeper=(256, deepened(356)))
     store = PassCostStore(tmp_path, "key")
     store.save(cost)
     data = json.loads(store.path.read_text())
-    assert data["version"] == 3 and data["gpu"] is False and "other_load" in data
+    assert data["version"] == 4 and data["gpu"] is False and "other_load" in data
     assert abs(data["measured_at"] - time.time()) < 60
-    assert store.load().measured == cost.measured
+    loaded = store.load()
+    assert loaded.measured == cost.measured
+    assert (loaded.depth, loaded.per_position) == (100, cost.per_position) and loaded.per_position > 0
     assert not list(tmp_path.glob(".*partial"))             # written through a temporary file, renamed
 
 
@@ -157,6 +205,9 @@ def test_stored_tables_round_trip_and_record_when_and_under_what_load(tmp_path, 
     (lambda d: d.update(other_load=1.5), "under load"),
     (lambda d: d["seconds"].update({"1": 1e-9}), "impossible"),
     (lambda d: d.update(version=2), "old format"),          # timed a GPU's passes unlike its decoding
+    (lambda d: d.update(version=3), "old format"),          # priced every depth alike
+    (lambda d: d.update(depth=-1), "malformed"),
+    (lambda d: d.update(per_position=float("nan")), "malformed"),
     (lambda d: d.update(gpu="no"), "malformed"),
     (lambda d: d.update(seconds="fast"), "malformed"),
 ])

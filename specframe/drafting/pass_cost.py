@@ -43,6 +43,13 @@ off. Hence:
   nothing (the first drafts of a request are short while the drafters' estimates learn), and a table far too cheap
   is found by two short passes instead of two of the longest drafts, a dozen single passes each on a CPU whose
   batches cost nearly their tokens one by one.
+- **Depth.** Attention reads every position of the context, so a pass costs more the deeper it runs, and its
+  tokens more than a single one's (the 1.5B Qwen on the EPYC: a single pass 72.5 ms at position 0 and 83.7 ms at
+  512, 16 tokens 509 and 652 ms, 7.0 single passes and 7.8). The table holds the depth it was measured at and
+  what each token of a pass adds per position beyond it (``per_position``), timed by calibration at
+  ``DEPTH_STEP`` positions deeper; the engine says at which depth the next pass runs (``at_depth``), and every
+  price is taken there. A table priced at the prompt's depth alone had drafts verified at 1.2 to 1.6 times what
+  it said, 500 positions on.
 - **Ageing.** A stored table records when it was taken and under what load; after ``MAX_AGE_SECONDS`` it is
   measured again.
 """
@@ -63,7 +70,8 @@ from specframe.files import atomic_write, locked
 
 log = logging.getLogger("specframe.drafting")
 
-FORMAT_VERSION = 3                   # 3: records whether a GPU ran the passes, and times them as decoding does
+FORMAT_VERSION = 4                   # 3: records whether a GPU ran the passes, and times them as decoding does;
+                                     # 4: and what a token costs per position of depth
 MAX_AGE_SECONDS = 7 * 24 * 3600      # a stored table is measured again after a week
 MAX_OTHER_LOAD = 0.25                # other processes' CPU use (in cores) above which a calibration is not stored
 LOAD_MIN_WALL_SECONDS = 0.25         # the shortest time over which that use can be told
@@ -86,6 +94,10 @@ MAX_SPOT_CHECK_ROUNDS = 100          # three rounds take 1.7 s; a tiny model's s
                                      # many rounds
 REMEASURE_AFTER_SECONDS = 300.0      # after a measurement here, no other for this long: one costs ~20 s of
                                      # every request's time, and a slowdown of every size alike changes no choice
+DEPTH_STEP = 256                     # calibration times the single pass and the largest this much deeper too (the
+                                     # 1.5B on the EPYC: 16 tokens 87 ms dearer, a sixth; filling it takes 5 s)
+MIN_DEPTH_STEP = 64                  # where the context leaves less room, the depth's cost is not measured (none)
+DEEPEST_DISCOUNT = 0.5               # a pass shallower than the table's depth costs at least this share of its entry
 
 
 def _slow_batches(ratios: list[float], pace: float, n_tokens: int, seconds: float, expected: float) -> str:
@@ -142,8 +154,12 @@ class PassCost:
     """Seconds of one target pass by the number of tokens in it (sizes not measured are interpolated)."""
 
     def __init__(self, seconds: dict[int, float] | None = None, *, measured_at: float | None = None,
-                 other_load: float | None = None, confirmed: bool = True, gpu: bool = False):
+                 other_load: float | None = None, confirmed: bool = True, gpu: bool = False,
+                 per_position: float = 0.0, depth: int = 0):
         self._seconds: dict[int, float] = dict(seconds or {})
+        self.per_position = per_position   # seconds each token of a pass adds per position deeper than ``depth``,
+        self.depth = depth                 # the context's depth the table was measured at
+        self.position = depth              # the depth the next pass runs at (at_depth)
         self.gpu = gpu                  # measured on a GPU, which replays captured graphs (the module docstring)
         self.confirmed = confirmed      # measured here, or a pass over several tokens has run at its pace
         self._each: list[float] = []    # seconds() of every size from 0 on, filled by seconds_from
@@ -168,7 +184,23 @@ class PassCost:
     def stale(self) -> bool:
         return self.stale_reason is not None
 
+    def at_depth(self, position: int) -> None:
+        """Price the passes from now on as run after ``position`` positions of the context."""
+        self.position = position
+
     def seconds(self, n_tokens: int) -> float:
+        """Seconds of a pass over ``n_tokens`` at the depth set by ``at_depth``."""
+        return self.seconds_at(n_tokens, self.position)
+
+    def seconds_at(self, n_tokens: int, position: int) -> float:
+        """Seconds of a pass over ``n_tokens`` run after ``position`` positions."""
+        return self._deepened(n_tokens, self._entry(n_tokens), position)
+
+    def _deepened(self, n_tokens: int, entry: float, position: int) -> float:
+        return max(DEEPEST_DISCOUNT * entry, entry + self.per_position * n_tokens * (position - self.depth))
+
+    def _entry(self, n_tokens: int) -> float:
+        """The table's seconds for ``n_tokens`` at its own depth, interpolated between measured sizes."""
         table = self._seconds
         if n_tokens in table:
             return table[n_tokens]
@@ -193,10 +225,14 @@ class PassCost:
 
     def seconds_from(self, first: int, last: int) -> list[float]:
         """``seconds`` of each size from ``first`` to ``last`` tokens: the chain prices every length of every draft
-        at every step, so the sizes are interpolated once per table."""
+        at every step, so the sizes are interpolated once per table, and only the depth's share is added each
+        time."""
         if len(self._each) <= last:
-            self._each = [self.seconds(n) for n in range(max(last + 1, 2 * len(self._each), 65))]
-        return self._each[first:last + 1]
+            self._each = [self._entry(n) for n in range(max(last + 1, 2 * len(self._each), 65))]
+        entries = self._each[first:last + 1]
+        if not self.per_position or self.position == self.depth:
+            return entries
+        return [self._deepened(n, entry, self.position) for n, entry in enumerate(entries, first)]
 
     # --- healing ---------------------------------------------------------------------------------------------
 
@@ -217,7 +253,7 @@ class PassCost:
         must be slow most of the last five."""
         if n_tokens not in self._seconds or self.stale:
             return
-        expected = self._seconds[n_tokens]
+        expected = self.seconds(n_tokens)
         ratio = seconds / expected
         self._recent_ratios.append(ratio)
         (self._recent_single_ratios if n_tokens == 1 else self._recent_batch_ratios).append(ratio)
@@ -228,7 +264,8 @@ class PassCost:
         if seconds * FASTER < expected and lately:
             # measured lately, yet this size runs faster in the loop (a GPU replays a captured graph): noise never
             # makes a pass faster
-            self._seconds[n_tokens], self._each = self._possible_entry(n_tokens, seconds), self._each[:0]
+            entry = seconds + self._entry(n_tokens) - expected      # the observed time at the table's depth
+            self._seconds[n_tokens], self._each = self._possible_entry(n_tokens, entry), self._each[:0]
             return
         if lately:
             return
@@ -311,10 +348,13 @@ class PassCost:
 
     # --- calibration -----------------------------------------------------------------------------------------
 
-    def calibrate(self, run_pass: Callable[[int], float], sizes: Iterable[int], *, gpu: bool = False) -> None:
-        """Measure every size with ``run_pass(n) -> seconds`` and replace the table; see the module docstring
-        (``gpu``: the model runs on a GPU, which replays captured graphs). A table measured impossible
-        twice (a machine too busy to tell) is forced into the bounds, used for this run and not stored."""
+    def calibrate(self, run_pass: Callable[[int], float], sizes: Iterable[int], *, gpu: bool = False,
+                  depth: int = 0, deeper: tuple[int, Callable[[int], float]] | None = None) -> None:
+        """Measure every size with ``run_pass(n) -> seconds``, passes run after ``depth`` positions, and replace the
+        table; see the module docstring (``gpu``: the model runs on a GPU, which replays captured graphs). A table
+        measured impossible twice (a machine too busy to tell) is forced into the bounds, used for this run and not
+        stored. ``deeper``, (positions, run_pass) whose passes run that many positions deeper, times what depth
+        adds (none without it)."""
         sizes = sorted(set(sizes) | {1})
         run_pass(max(sizes))                                  # warm-up: first-touch costs are not a pass's cost
         for attempt in range(2):
@@ -332,9 +372,22 @@ class PassCost:
             self.other_load = float("inf")
         self.measured_at, self.gpu = time.time(), gpu
         self._seconds, self._each = table, self._each[:0]
+        self.depth = self.position = depth
+        self.per_position = self._measure_depth(*deeper, max(sizes), gpu) if deeper is not None else 0.0
         self._forget_observations()
         self._trusted_since = time.monotonic()
         self.stale_reason, self.confirmed = None, True
+
+    def _measure_depth(self, positions: int, run_pass: Callable[[int], float], largest: int, gpu: bool) -> float:
+        """Seconds a token of a pass adds per position of depth: the single pass and the largest timed
+        ``positions`` deeper with ``run_pass``, against the table (the largest weighs most: its growth is the
+        clearest beside the noise)."""
+        deep = self._measure(run_pass, sorted({1, largest}), gpu)
+        grown = sum(deep[n] - self._seconds[n] for n in deep)
+        tokens = sum(deep.keys())
+        log.info("passes %d positions deeper: %s", positions,
+                 ", ".join(f"{n} token(s) {deep[n] * 1e3:.1f} ms against {self._seconds[n] * 1e3:.1f}" for n in deep))
+        return max(0.0, grown / (tokens * positions))
 
     @staticmethod
     def _measure(run_pass: Callable[[int], float], sizes: list[int], gpu: bool) -> dict[int, float]:
@@ -355,7 +408,8 @@ class PassCost:
 
     def to_json(self) -> str:
         return json.dumps({"version": FORMAT_VERSION, "measured_at": self.measured_at, "other_load": self.other_load,
-                           "gpu": self.gpu, "seconds": {str(n): s for n, s in self.measured.items()}}, indent=1)
+                           "gpu": self.gpu, "depth": self.depth, "per_position": self.per_position,
+                           "seconds": {str(n): s for n, s in self.measured.items()}}, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "PassCost":
@@ -370,6 +424,11 @@ class PassCost:
             gpu = data["gpu"]
             if not isinstance(gpu, bool):
                 raise TypeError(f"gpu is {gpu!r}, not true or false")
+            depth, per_position = data["depth"], float(data["per_position"])
+            if not isinstance(depth, int) or depth < 0:
+                raise ValueError(f"depth is {depth!r}, not a position")
+            if not 0.0 <= per_position < 1.0:
+                raise ValueError(f"per_position is {per_position!r}, not seconds a token per position")
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise PassCostError(f"unreadable ({type(exc).__name__}: {exc})") from None
         check_table(seconds, gpu)
@@ -378,7 +437,8 @@ class PassCost:
             raise PassCostError(f"measured {age / 86400:.1f} days ago")
         if other_load is not None and other_load > MAX_OTHER_LOAD:
             raise PassCostError(f"measured while other processes used {other_load:.2f} cores")
-        return cls(seconds, measured_at=measured_at, other_load=other_load, confirmed=False, gpu=gpu)
+        return cls(seconds, measured_at=measured_at, other_load=other_load, confirmed=False, gpu=gpu,
+                   per_position=per_position, depth=depth)
 
 
 class PassCostStore:
