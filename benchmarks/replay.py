@@ -6,9 +6,9 @@
 Each prompt's plain greedy reply is generated once with the config's target (and kept, by prompt, in the cache under
 replay/). Then, pass by pass, a drafter set drafts as if the target were decoding: each draft is checked against the
 reply and the pass is priced by the stored table (`specframe calibrate` shows it), so two sets are compared on the
-same tokens, free of timing noise and of the near-ties batched verification breaks. The prompts are the built-in
-workloads and ``--stdlib`` more made from the Python standard library: functions to refactor, module docstrings to
-quote from.
+same tokens, free of timing noise and of the near-ties batched verification breaks (each pass is priced at its
+depth). The prompts are the built-in workloads and ``--stdlib`` more made from the Python standard library:
+functions to refactor, module docstrings to quote from.
 
 Beside the sets, three ceilings: the oracle drafts the reply's next tokens; the copy ceiling drafts the longest stretch
 of them found anywhere in the prompt or the reply so far, what a drafter that always copied from the right place
@@ -109,19 +109,25 @@ def longest_copy(tokens: np.ndarray, start: int, n_max: int) -> int:
     return max((common_prefix(tokens[source:start], ahead) for source in sources), default=0)
 
 
+def plain_seconds(cost: PassCost, n_prompt: int, end: int) -> float:
+    """Plain decoding's seconds for the reply: a single pass at each of its depths."""
+    return sum(cost.seconds_at(1, depth) for depth in range(n_prompt, end))
+
+
 def knowing(n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int, known, heard=None) -> float:
     """Plain decoding's seconds for the reply over those of the passes a drafter needs that knows, at each position,
     ``known(at, room)`` of the reply's next tokens (at most ``room``), each draft cut to the length with the most
     tokens per second; ``heard(at, k)`` is told each pass's cut."""
     seconds, at, end = 0.0, n_prompt, len(tokens)
     while at < end:
+        cost.at_depth(at)
         length = known(at, min(n_max, end - at - 1))
         k = best_cut(np.ones(length), cost)[0] if length else 0
         if heard is not None:
             heard(at, k)
         seconds += cost.seconds(1 + k)
         at += k + 1
-    return (end - n_prompt) * cost.seconds(1) / seconds
+    return plain_seconds(cost, n_prompt, end) / seconds
 
 
 def ceiling(n_prompt: int, tokens: np.ndarray, cost: PassCost, n_max: int, copy_only: bool) -> float:
@@ -156,13 +162,14 @@ def replayed(chain: DrafterChain, n_prompt: int, tokens: np.ndarray, cost: PassC
     chain.begin(tokens[:n_prompt])
     seconds, at, end = 0.0, n_prompt, len(tokens)
     while at < end:
+        cost.at_depth(at)
         start = time.perf_counter()
         draft = chain.draft(tokens[:at], min(n_max, end - at - 1)).tokens
         accepted = common_prefix(draft, tokens[at:])
         chain.accept(accepted, tokens[at:at + accepted + 1])
         seconds += cost.seconds(1 + len(draft)) + (time.perf_counter() - start if own_time else 0.0)
         at += accepted + 1
-    return (end - n_prompt) * cost.seconds(1) / seconds
+    return plain_seconds(cost, n_prompt, end) / seconds
 
 
 def pass_table(text: str) -> PassCost:

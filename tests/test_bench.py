@@ -52,3 +52,22 @@ def test_the_oracle_drafts_its_longest_paying_cut_from_the_first_step():
     longest_paying = best_cut(np.ones(16), cost)[0]        # 15 here: a pass of 16 tokens is the cheapest per token
     assert first_draft(DrafterRecord.certain()) == longest_paying
     assert first_draft(DrafterRecord()) < longest_paying
+
+
+def test_the_modeled_speed_prices_each_pass_at_its_depth():
+    """A run's passes are priced where they ran: the same passes 2000 positions deeper take longer."""
+    from specframe.bench.runner import _modeled_speed
+    from specframe.drafting.pass_cost import PassCost
+    from specframe.results import GenerationResult, RequestStats
+    from specframe.trace import Pass
+
+    cost = PassCost({1: 0.080, 5: 0.200}, per_position=20e-6, depth=0)
+
+    def run_at(start: int) -> GenerationResult:
+        passes = [Pass(((0, start + 5 * i, 5, 5),), 0, 5) for i in range(4)]
+        return GenerationResult(text="", tokens=[1] * 20, n_prompt_tokens=1, stop_reason="max_tokens",
+                                stats=RequestStats(n_generated=20), passes=passes)
+
+    shallow, deep = _modeled_speed(run_at(0), cost), _modeled_speed(run_at(2000), cost)
+    assert shallow == pytest.approx(20 / sum(0.200 + 20e-6 * 5 * 5 * i for i in range(4)))
+    assert deep == pytest.approx(20 / sum(0.200 + 20e-6 * 5 * (2000 + 5 * i) for i in range(4)))

@@ -64,7 +64,8 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
         for name in names:
             processes[name] = StrategyProcess(config, name)
             processes[name].call("ready")
-        table = processes[ORACLE].call("pass_cost")
+        table, per_position, depth = processes[ORACLE].call("pass_cost")
+        cost = PassCost(table, per_position=per_position, depth=depth)
         rows = []
         for workload in workloads:
             prompt = processes[PLAIN].call("tokenize", workload.prompt)
@@ -79,7 +80,7 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
                     progress(f"{workload.name}: {name}")
             verdicts = {name: processes[PLAIN].call("compare", runs[PLAIN][0], results[0])
                         for name, results in runs.items() if name != PLAIN}
-            rows += _rows(workload.name, runs, peaks, verdicts, PassCost(table))
+            rows += _rows(workload.name, runs, peaks, verdicts, cost)
         return rows
     finally:
         for process in processes.values():
@@ -137,7 +138,8 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
         "tokenize": engine.prompt_tokens,
         "generate": lambda prompt, max_tokens, reference: _measured(engine, strategy, prompt, max_tokens, reference),
         "compare": lambda plain, result: _lossless(plain, result, engine),
-        "pass_cost": lambda: engine.pass_cost.measured if engine.pass_cost is not None else {},
+        "pass_cost": lambda: ((engine.pass_cost.measured, engine.pass_cost.per_position, engine.pass_cost.depth)
+                              if engine.pass_cost is not None else ({}, 0.0, 0)),
     }
     with engine:
         while True:
@@ -193,11 +195,11 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
 
 
 def _modeled_speed(result: GenerationResult, cost: PassCost) -> float:
-    """Tokens per second had each of the run's target passes taken what the pass-cost table says, drafting what
-    it measured: the run's decisions without the machine's noise (here consecutive identical runs differ by up to
-    a fifth)."""
+    """Tokens per second had each of the run's target passes taken what the pass-cost table says at its depth,
+    drafting what it measured: the run's decisions without the machine's noise (here consecutive identical runs
+    differ by up to a fifth)."""
     drafting = sum(d["draft_ms"] + d["accept_ms"] for d in result.stats.drafters.values()) / 1e3
-    seconds = sum(cost.seconds(p.size) for p in result.passes or [] if p.verifies) + drafting
+    seconds = sum(cost.seconds_at(p.size, p.layout[p.mine][1]) for p in result.passes or [] if p.verifies) + drafting
     return result.stats.n_generated / seconds if seconds else 0.0
 
 
