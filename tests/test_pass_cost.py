@@ -166,8 +166,7 @@ def test_calibration_times_what_each_position_of_depth_adds_and_prices_every_dep
 def test_a_table_taken_at_one_depth_is_not_found_stale_by_passes_at_another():
     """Without what depth adds, a table taken at a short prompt finds the passes of a long conversation off its
     level (3000 positions on, a single pass costs 2.1 times its entry, a 16-token one 2.8), and is measured again
-    there; that table, stored, prices the next short request's drafts too dear (replayed: 5% of the chain's speed
-    on the built-in and standard-library prompts, for the week a table lives), and is measured again there."""
+    there; that table, stored, prices the next short request's drafts too dear for the week it lives."""
     def passes_at(cost, depth, run_pass):
         cost.at_depth(depth)
         for n in (1, 1, 1, 16, 1, 16, 1, 16, 12, 16, 8, 16):
