@@ -259,7 +259,7 @@ def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out):
     """Plain decoding vs each drafter, the chain and the oracle, greedy, on the config's target."""
     from tqdm import tqdm
 
-    from specframe.bench.presentation import format_table, plot
+    from specframe.bench.presentation import format_pricing, format_table, plot
     from specframe.bench.runner import run_bench, strategies
     from specframe.bench.workloads import workloads
     chosen = workloads(workload_specs, max_tokens)
@@ -268,10 +268,13 @@ def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out):
             bar.set_postfix_str(label)
             bar.update()
 
-        rows = run_bench(config, chosen, repeat, progress)
+        rows, cost = run_bench(config, chosen, repeat, progress)
     click.echo(format_table(rows))
+    click.echo(format_pricing(cost))
     if json_out:
-        atomic_write(json_out, json.dumps({"config": config.source, "repeat": repeat,
+        pricing = {"depth": cost.depth, "per_position": cost.per_position,
+                   "seconds": {str(n): s for n, s in cost.measured.items()}}
+        atomic_write(json_out, json.dumps({"config": config.source, "repeat": repeat, "pass_cost": pricing,
                                            "rows": [r.as_dict() for r in rows]}, indent=2).encode())
     if plot_out:
         plot(rows, plot_out)

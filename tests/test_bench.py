@@ -71,3 +71,14 @@ def test_the_modeled_speed_prices_each_pass_at_its_depth():
     shallow, deep = _modeled_speed(run_at(0), cost), _modeled_speed(run_at(2000), cost)
     assert shallow == pytest.approx(20 / sum(0.200 + 20e-6 * 5 * 5 * i for i in range(4)))
     assert deep == pytest.approx(20 / sum(0.200 + 20e-6 * 5 * (2000 + 5 * i) for i in range(4)))
+
+
+def test_the_bench_states_the_table_that_priced_its_modeled_speedups():
+    from specframe.bench.presentation import format_pricing
+    from specframe.drafting.pass_cost import PassCost
+
+    cost = PassCost({n: 0.080 + 0.030 * (n - 1) for n in range(1, 18)}, per_position=20e-6, depth=270)
+    assert format_pricing(cost) == (
+        "modeled: each run's passes priced by the pass-cost table at their depth: a single pass 80.0 ms at depth "
+        "270; in single passes 2 tokens 1.38, 4 tokens 2.12, 8 tokens 3.62, 16 tokens 6.62, 17 tokens 7.00; each "
+        "token of a pass 20.00 ms more per 1000 positions deeper")

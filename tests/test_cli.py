@@ -166,6 +166,8 @@ def test_bench_measures_every_strategy_against_plain_and_the_oracle(config, tmp_
     assert all(r["acceptance_rate"] == 1.0 and r["oracle_fraction"] == 1.0 for r in oracles)
     assert all(r["passes_per_token"] < 0.5 for r in oracles)
     assert all(r["modeled_speedup"] > 1 for r in oracles)       # far fewer passes, priced by the table
+    pricing = json.loads(out.read_text())["pass_cost"]              # what priced them, stated
+    assert pricing["seconds"] == {} and "modeled: no pass-cost table (fixed draft lengths)" in result.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

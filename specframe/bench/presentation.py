@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from specframe.bench.runner import PLAIN, BenchRow
+from specframe.drafting.pass_cost import PassCost
 from specframe.errors import SpecframeError
 
 _COLUMNS = [  # header, width, cell
@@ -32,6 +33,20 @@ def format_table(rows: list[BenchRow]) -> str:
     for row in rows:
         out.append(line([cell(row) for _, _, cell in _COLUMNS]).rstrip())
     return "\n".join(out)
+
+
+def format_pricing(cost: PassCost) -> str:
+    """The table that priced the modeled speedups, in single passes: on a noisy machine it is what makes a bench's
+    modeled column comparable with another's."""
+    measured = cost.measured
+    if not measured:
+        return ("modeled: no pass-cost table (fixed draft lengths): a pass priced as a single one and half of one "
+                "for each further token")
+    single = measured[1]
+    sizes = ", ".join(f"{n} tokens {seconds / single:.2f}" for n, seconds in measured.items() if n in (2, 4, 8, 16, 17))
+    return (f"modeled: each run's passes priced by the pass-cost table at their depth: a single pass "
+            f"{single * 1e3:.1f} ms at depth {cost.depth}; in single passes {sizes}; each token of a pass "
+            f"{cost.per_position * 1e6:.2f} ms more per 1000 positions deeper")
 
 
 def plot(rows: list[BenchRow], path: str | os.PathLike) -> None:

@@ -52,8 +52,9 @@ def strategies(config: Config) -> list[str]:
 
 
 def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
-              progress: Callable[[str], None] = lambda label: None) -> list[BenchRow]:
-    """Measure every strategy on every workload; ``progress`` is called after each run with its label.
+              progress: Callable[[str], None] = lambda label: None) -> tuple[list[BenchRow], PassCost]:
+    """Measure every strategy on every workload; ``progress`` is called after each run with its label. Return the
+    rows and the pass-cost table that priced the modeled speedups.
 
     Each strategy runs in a process of its own, so that the peak memory measured is its own (a draft model's
     weights, an n-gram pool), while the runs of all strategies still interleave. The processes start one after
@@ -81,7 +82,7 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
             verdicts = {name: processes[PLAIN].call("compare", runs[PLAIN][0], results[0])
                         for name, results in runs.items() if name != PLAIN}
             rows += _rows(workload.name, runs, peaks, verdicts, cost)
-        return rows
+        return rows, cost
     finally:
         for process in processes.values():
             process.close()
