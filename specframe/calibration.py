@@ -104,31 +104,39 @@ class Calibration:
         positions = min(DEPTH_STEP, ctx.n_batch, ctx.n_ctx - n_past - largest)
         deeper = None
         if positions >= MIN_DEPTH_STEP:
-            deeper = (positions, self._pass_runner(largest, seq, n_past, positions))
+            deeper = (positions, self._depth_runner(largest, seq, n_past, positions))
         try:
             cost.calibrate(self._pass_runner(largest, seq, n_past), sizes, gpu=ctx.model.offloaded, depth=n_past,
                            deeper=deeper)
         finally:
             ctx.truncate(n_past, seq)
 
-    def _pass_runner(self, largest: int, seq: int, n_past: int, deeper: int = 0):
+    def _pass_runner(self, largest: int, seq: int, n_past: int):
         """``run_pass(n) -> seconds``: one pass over ``n`` filler tokens on sequence ``seq`` after its first
-        ``n_past`` positions and ``deeper`` more of filler (decoded at the first pass, untimed), rolled back to
-        them after."""
-        ctx = self.context
-        filler = np.full(largest + deeper, ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0, dtype=np.int32)
-        start_pos = n_past + deeper
-        filled = not deeper
+        ``n_past`` positions, rolled back after."""
+        run_at = self._depth_runner(largest, seq, n_past, 0)
+        return lambda n: run_at(n, 0)
 
-        def run_pass(n: int) -> float:
+    def _depth_runner(self, largest: int, seq: int, n_past: int, positions: int):
+        """``run_at(n, offset) -> seconds``: one pass over ``n`` filler tokens on sequence ``seq`` after its first
+        ``n_past`` positions and ``offset`` more of filler, rolled back to them after. The ``positions`` of filler
+        are decoded once, untimed, at the first pass; offsets must then only shrink (the memory is truncated to
+        each: nothing is decoded again)."""
+        ctx = self.context
+        filler = np.full(largest + positions, ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0, dtype=np.int32)
+        filled = not positions
+
+        def run_at(n: int, offset: int) -> float:
             nonlocal filled
             if not filled:
-                ctx.decode(filler[:deeper], n_past, seq=seq)
+                ctx.decode(filler[:positions], n_past, seq=seq)
                 filled = True
+            start_pos = n_past + offset
+            ctx.truncate(start_pos, seq)
             start = time.perf_counter()
             ctx.decode(filler[:n], start_pos, all_logits=True, seq=seq)
             seconds = time.perf_counter() - start
             ctx.truncate(start_pos, seq)
             return seconds
 
-        return run_pass
+        return run_at

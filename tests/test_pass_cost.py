@@ -146,9 +146,18 @@ def deepened(depth: int, per_position: float = 11e-6):
     return lambda n: EPYC[n] / 1000 + per_position * n * depth
 
 
+def sweep(depth: int, per_position: float = 11e-6, burst_at: int | None = None):
+    """``deeper`` for a table taken ``depth`` positions deep: 256 positions, timed as ``deepened`` would be, with
+    every pass at offset ``burst_at`` slowed by half (another process ran then)."""
+    def run_at(n: int, offset: int) -> float:
+        return deepened(depth + offset, per_position)(n) * (1.5 if offset == burst_at else 1.0)
+
+    return 256, run_at
+
+
 def test_calibration_times_what_each_position_of_depth_adds_and_prices_every_depth_by_it():
     cost = PassCost()
-    cost.calibrate(deepened(300), range(1, 18), depth=300, deeper=(256, deepened(300 + 256)))
+    cost.calibrate(deepened(300), range(1, 18), depth=300, deeper=sweep(300))
     assert cost.depth == 300 and cost.per_position == pytest.approx(11e-6)
     assert cost.seconds(16) == pytest.approx(EPYC[16] / 1000 + 11e-6 * 16 * 300)     # where it was measured
     cost.at_depth(2000)
@@ -163,6 +172,15 @@ def test_calibration_times_what_each_position_of_depth_adds_and_prices_every_dep
     assert no_room.per_position == 0.0 and no_room.seconds_at(16, 2000) == no_room.seconds(16)
 
 
+@pytest.mark.parametrize("burst_at", [256, 128, 0])
+def test_a_burst_of_noise_at_one_depth_does_not_decide_what_depth_costs(burst_at):
+    """Two depths, one of them slowed, made a position cost 62 microseconds one calibration and 7 the next on a noisy
+    day; the median slope over five depths is not moved by one."""
+    cost = PassCost()
+    cost.calibrate(deepened(300), range(1, 18), depth=300, deeper=sweep(300, burst_at=burst_at))
+    assert cost.per_position == pytest.approx(11e-6, rel=0.35)
+
+
 def test_a_table_taken_at_one_depth_is_not_found_stale_by_passes_at_another():
     """Without what depth adds, a table taken at a short prompt finds the passes of a long conversation off its
     level (3000 positions on, a single pass costs 2.1 times its entry, a 16-token one 2.8), and is measured again
@@ -173,7 +191,7 @@ def test_a_table_taken_at_one_depth_is_not_found_stale_by_passes_at_another():
             cost.observe(n, run_pass(n))
 
     aware = PassCost()
-    aware.calibrate(deepened(40), range(1, 18), depth=40, deeper=(256, deepened(40 + 256)))
+    aware.calibrate(deepened(40), range(1, 18), depth=40, deeper=sweep(40))
     aware._trusted_since = None                 # judged at once, not after REMEASURE_AFTER_SECONDS
     passes_at(aware, 3000, deepened(3000))
     assert not aware.stale
@@ -187,7 +205,7 @@ def test_a_table_taken_at_one_depth_is_not_found_stale_by_passes_at_another():
 def test_stored_tables_round_trip_and_record_when_and_under_what_load(tmp_path, monkeypatch):
     monkeypatch.setattr(pass_cost, "other_load", lambda *_: 0.0)   # the file is tested, not this machine's load
     cost = PassCost()
-    cost.calibrate(deepened(100), range(1, 18), depth=100, deeper=(256, deepened(356)))
+    cost.calibrate(deepened(100), range(1, 18), depth=100, deeper=sweep(100))
     store = PassCostStore(tmp_path, "key")
     store.save(cost)
     data = json.loads(store.path.read_text())

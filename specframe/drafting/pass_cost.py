@@ -46,10 +46,13 @@ off. Hence:
 - **Depth.** Attention reads every position of the context, so a pass costs more the deeper it runs, and its
   tokens more than a single one's (the 1.5B Qwen on the EPYC: a single pass 72.5 ms at position 0 and 83.7 ms at
   512, 16 tokens 509 and 652 ms, 7.0 single passes and 7.8). The table holds the depth it was measured at and
-  what each token of a pass adds per position beyond it (``per_position``), timed by calibration at
-  ``DEPTH_STEP`` positions deeper; the engine says at which depth the next pass runs (``at_depth``), and every
-  price is taken there. A table priced at the prompt's depth alone had drafts verified at 1.2 to 1.6 times what
-  it said, 500 positions on.
+  what each token of a pass adds per position beyond it (``per_position``): calibration fills ``DEPTH_STEP``
+  positions once and times the single pass and the largest at ``DEPTH_POINTS`` depths on the way back (each
+  truncation is free), and takes the median of the slopes between them, so a burst of noise at one depth, which
+  two points took for depth's cost (7 to 62 microseconds a token a position from run to run on a noisy day),
+  does not decide it. The engine says at which depth the next pass runs (``at_depth``), and every price is taken
+  there. A table priced at the prompt's depth alone had drafts verified at 1.2 to 1.6 times what it said, 500
+  positions on.
 - **Ageing.** A stored table records when it was taken and under what load; after ``MAX_AGE_SECONDS`` it is
   measured again.
 """
@@ -57,6 +60,7 @@ off. Hence:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -94,8 +98,9 @@ MAX_SPOT_CHECK_ROUNDS = 100          # three rounds take 1.7 s; a tiny model's s
                                      # many rounds
 REMEASURE_AFTER_SECONDS = 300.0      # after a measurement here, no other for this long: one costs ~20 s of
                                      # every request's time, and a slowdown of every size alike changes no choice
-DEPTH_STEP = 256                     # calibration times the single pass and the largest this much deeper too (the
-                                     # 1.5B on the EPYC: 16 tokens 87 ms dearer, a sixth; filling it takes 5 s)
+DEPTH_STEP = 256                     # calibration times the single pass and the largest up to this much deeper
+                                     # too (the 1.5B on the EPYC: 16 tokens 87 ms dearer, a sixth; filling takes 5 s),
+DEPTH_POINTS = 5                     # at this many depths, evenly spaced
 MIN_DEPTH_STEP = 64                  # where the context leaves less room, the depth's cost is not measured (none)
 DEEPEST_DISCOUNT = 0.5               # a pass shallower than the table's depth costs at least this share of its entry
 
@@ -349,12 +354,12 @@ class PassCost:
     # --- calibration -----------------------------------------------------------------------------------------
 
     def calibrate(self, run_pass: Callable[[int], float], sizes: Iterable[int], *, gpu: bool = False,
-                  depth: int = 0, deeper: tuple[int, Callable[[int], float]] | None = None) -> None:
+                  depth: int = 0, deeper: tuple[int, Callable[[int, int], float]] | None = None) -> None:
         """Measure every size with ``run_pass(n) -> seconds``, passes run after ``depth`` positions, and replace the
         table; see the module docstring (``gpu``: the model runs on a GPU, which replays captured graphs). A table
         measured impossible twice (a machine too busy to tell) is forced into the bounds, used for this run and not
-        stored. ``deeper``, (positions, run_pass) whose passes run that many positions deeper, times what depth
-        adds (none without it)."""
+        stored. ``deeper``, (positions, run_at) with ``run_at(n, offset) -> seconds`` timing a pass ``offset``
+        positions deeper (up to ``positions``, deepest first), times what depth adds (none without it)."""
         sizes = sorted(set(sizes) | {1})
         run_pass(max(sizes))                                  # warm-up: first-touch costs are not a pass's cost
         for attempt in range(2):
@@ -378,16 +383,21 @@ class PassCost:
         self._trusted_since = time.monotonic()
         self.stale_reason, self.confirmed = None, True
 
-    def _measure_depth(self, positions: int, run_pass: Callable[[int], float], largest: int, gpu: bool) -> float:
-        """Seconds a token of a pass adds per position of depth: the single pass and the largest timed
-        ``positions`` deeper with ``run_pass``, against the table (the largest weighs most: its growth is the
-        clearest beside the noise)."""
-        deep = self._measure(run_pass, sorted({1, largest}), gpu)
-        grown = sum(deep[n] - self._seconds[n] for n in deep)
-        tokens = sum(deep.keys())
-        log.info("passes %d positions deeper: %s", positions,
-                 ", ".join(f"{n} token(s) {deep[n] * 1e3:.1f} ms against {self._seconds[n] * 1e3:.1f}" for n in deep))
-        return max(0.0, grown / (tokens * positions))
+    def _measure_depth(self, positions: int, run_at: Callable[[int, int], float], largest: int, gpu: bool) -> float:
+        """Seconds a token of a pass adds per position of depth: the single pass and the largest timed at
+        DEPTH_POINTS depths from ``positions`` deeper back to the table's, each size's growth the median of the
+        slopes between them (the largest weighs most: its growth is the clearest beside the noise)."""
+        sizes = sorted({1, largest})
+        offsets = [positions * k // (DEPTH_POINTS - 1) for k in range(DEPTH_POINTS - 1, -1, -1)]
+        timed = [self._measure(functools.partial(_at_offset, run_at, offset), sizes, gpu) for offset in offsets]
+        grown = 0.0
+        for n in sizes:
+            points = [(offset, seconds[n]) for offset, seconds in zip(offsets, timed)]
+            slopes = [(b - a) / (q - p) for i, (p, a) in enumerate(points) for q, b in points[i + 1:] if q != p]
+            grown += statistics.median(slopes)
+        log.info("passes up to %d positions deeper: %s", positions, "; ".join(
+            f"{n} token(s) " + ", ".join(f"{seconds[n] * 1e3:.1f}" for seconds in timed) + " ms" for n in sizes))
+        return max(0.0, grown / sum(sizes))
 
     @staticmethod
     def _measure(run_pass: Callable[[int], float], sizes: list[int], gpu: bool) -> dict[int, float]:
@@ -497,6 +507,10 @@ class PassCostStore:
     def locked(self):
         """Held while measuring, so that two processes starting together measure once (the second loads)."""
         return locked(self.path)
+
+
+def _at_offset(run_at: Callable[[int, int], float], offset: int, n_tokens: int) -> float:
+    return run_at(n_tokens, offset)
 
 
 def _agreed(samples: list[float]) -> float | None:
