@@ -244,9 +244,9 @@ class Engine:
         segments, drafts = [], []
         for mine, s in enumerate(generating):
             draft = NO_DRAFT
+            if cost is not None:     # drafts priced, and the pass judged, at this sequence's depth
+                cost.at_depth(s.n_past)
             if s.chain is not None:
-                if cost is not None:
-                    cost.at_depth(s.n_past)     # priced where this sequence's pass runs (others' depths aside)
                 share = PassShare(tuple(planned), mine, expected - 1.0, ctx.one_batch)
                 draft = s.chain.draft(s.history, min(s.n_max(n_max, n_ctx), draft_room), share)
                 draft_room -= len(draft)
