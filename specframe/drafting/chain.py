@@ -277,7 +277,8 @@ class DrafterChain:
             for entry, seconds in self._asked_cheap:
                 entry.upkeep.observe(seconds, saved if entry is winner else 0.0, single)
             for entry, seconds in self._asked_costly:
-                entry.record.probe_budget.called(seconds, saved if entry is winner else 0.0)
+                if entry.record.charged:
+                    entry.record.probe_budget.called(seconds, saved if entry is winner else 0.0)
             self.upkeep.observe(self._spent + time.perf_counter() - accepting, saved, single)
         self._asked_cheap, self._asked_costly = [], []
 
@@ -331,11 +332,11 @@ class DrafterChain:
         length, prospect = best_cut(record.p_next(reach), cost, record.cost, self.n_min, record.trust, self._share,
                                     catching_up)
         expected_to_pay = prospect > to_beat
-        could_pay = (uses_model and not expected_to_pay                 # only then does decide() weigh it
-                     and not self._worth_verifying(to_beat, self._plain_rate())
-                     and best_cut(np.ones(reach), cost, record.cost, self.n_min, share=self._share,
-                                  catching_up=catching_up)[1] > to_beat)
-        decision = record.decide(expected_to_pay, uses_model, could_pay)
+        if_right = (best_cut(np.ones(reach), cost, record.cost, self.n_min, share=self._share,
+                             catching_up=catching_up)[1] if uses_model and not expected_to_pay else 0.0)
+        could_pay = (if_right > to_beat                                 # only then does decide() weigh it
+                     and not self._worth_verifying(to_beat, self._plain_rate()))
+        decision = record.decide(expected_to_pay, uses_model, could_pay, if_right > self._plain_rate())
         if decision is None:
             entry.stats.held_back += 1
             return None
