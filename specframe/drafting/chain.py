@@ -334,9 +334,9 @@ class DrafterChain:
         expected_to_pay = prospect > to_beat
         if_right = (best_cut(np.ones(reach), cost, record.cost, self.n_min, share=self._share,
                              catching_up=catching_up)[1] if uses_model and not expected_to_pay else 0.0)
-        could_pay = (if_right > to_beat                                 # only then does decide() weigh it
-                     and not self._worth_verifying(to_beat, self._plain_rate()))
-        decision = record.decide(expected_to_pay, uses_model, could_pay, if_right > self._plain_rate())
+        plain = self._plain_rate()
+        could_pay = if_right > to_beat and not self._worth_verifying(to_beat, plain)   # weighed by decide() only
+        decision = record.decide(expected_to_pay, uses_model, could_pay, if_right > plain)   # when not expected_to_pay
         if decision is None:
             entry.stats.held_back += 1
             return None

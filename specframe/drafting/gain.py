@@ -507,10 +507,11 @@ class DrafterRecord:
             self._burst = 0
             return None
         if uses_model and not could_pay:
-            if not first or self._deferred or not pays_if_right:
-                self._burst = 0
             if not first or self._deferred:    # a deferred model's first-step probe would evaluate the prompt
+                self._burst = 0
                 return None
+            if not pays_if_right:
+                self._burst = 0
         if first:
             self.skipped, self.charged = 0, not self._burst
             return PROBE
