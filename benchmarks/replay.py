@@ -20,7 +20,9 @@ best draft and the chain, drafts the chain does not trust enough, or too much. E
 length with the most tokens per second.
 
 The sets: each draftless drafter of the config alone, their chain, and each ``--drafters`` list at its defaults
-(drafters that run a model are left out: their cost is their own calls' time, not the table's).
+(drafters that run a model are left out: their cost is their own calls' time, not the table's). Each prompt's chain
+starts from what earlier runs' drafts were worth and adds its own, as a run does (the acceptance memory in the cache:
+specframe/drafting/acceptance_memory.py), so a second replay can choose better than the first.
 
 Where passes are short (a GPU's take about 2 ms), the chain's own time a step decides as much as its drafts:
 ``--pass-ms`` prices the passes by a table given in milliseconds instead of the stored one (an H100's shape, from

@@ -353,7 +353,8 @@ class Engine:
     def forget_drafters(self) -> None:
         """Close the drafters without saving what they learned, and forget their estimates: the next request
         starts them cold, as a new process would (the benchmark runs each request so: a repeat of the same
-        prompt must not draft from the last one's answer)."""
+        prompt must not draft from the last one's answer). What their drafts were worth is kept, as a closing
+        process keeps it (acceptance_memory.py)."""
         self.drafters.forget()
 
     def close(self) -> None:

@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
+from specframe.drafting.acceptance_memory import KEPT_PER_SAVE, AcceptanceMemory
 from specframe.drafting.catch_up import ModelRateStore
 from specframe.drafting.gain import (
     DECAY,
     EMPTY_CALLS,
+    LEARNED_WEIGHT,
     MODEL_BURST,
     PAUSE_MAX,
     PROBE,
@@ -826,6 +828,60 @@ def test_a_catch_up_rate_is_not_stored_when_timed_under_load_nor_loaded_when_old
     assert store.load() == 0.0
     store.path.write_text("{not json")
     assert store.load() == 0.0
+
+
+class Resuming(Drafter):
+    """Drafts the reference on, its first token wrong at about a third of the steps (a copy resumed at the wrong
+    place)."""
+
+    name = "resuming"
+
+    def draft(self, history, n_max):
+        n = len(history)
+        tokens = REFERENCE[n:n + n_max].copy()
+        if (n * 7919) % 10 < 3:
+            tokens += 1
+        return Draft.of(tokens)
+
+
+def test_a_short_reply_starts_from_what_the_drafters_first_tokens_were_worth_in_an_earlier_run(tmp_path):
+    """Within a short reply the first-token estimates see too few drafts to trust a drafter right two times in three,
+    and hold its drafts back; a chain that starts from an earlier run's counts verifies them from the start."""
+    earlier = chain_of(Resuming(None, None))
+    replay(earlier, n_tokens=400)
+    counts = earlier.entries[0].record.tally
+    assert sum(drafts for drafts, _ in counts.values()) > 40
+    memory = AcceptanceMemory("resuming", tmp_path)
+    memory.save([counts])
+    cold, warm = chain_of(Resuming(None, None)), chain_of(Resuming(None, None))
+    warm.entries[0].record.learned = memory.load()
+    assert replay(warm, n_tokens=60) < 0.85 * replay(cold, n_tokens=60)
+
+
+def test_what_earlier_runs_found_weighs_as_a_few_drafts_of_this_one():
+    record = DrafterRecord()
+    cold = record.p(4, 1, 2)[0]
+    record.learned = {(1, 2): (1000.0, 990.0)}
+    assert record.p(4, 1, 2)[0] > cold + 0.2 and record.p(4, 0, 2)[0] == DrafterRecord().p(4, 0, 2)[0]
+    for _ in range(3 * int(LEARNED_WEIGHT)):       # this run's own drafts of the pair, all wrong, outweigh it
+        record.score(REFERENCE[:16] + 1, 1, 2, REFERENCE[:1])
+    assert record.p(4, 1, 2)[0] < 0.5
+    assert record.tally[1, 2] == (3 * LEARNED_WEIGHT, 0)
+
+
+def test_the_acceptance_memory_adds_each_save_to_what_fades_and_ignores_a_bad_file(tmp_path):
+    memory = AcceptanceMemory("ngram-simple:n=12:target.gguf", tmp_path)
+    assert memory.load() == {}
+    memory.save([{(0, 1): (10, 3)}, {(0, 1): (2, 1), (1, 4): (5, 5)}])   # two slots' records
+    assert memory.load() == {(0, 1): (12.0, 4.0), (1, 4): (5.0, 5.0)}
+    memory.save([{(0, 1): (10, 9)}])
+    assert memory.load() == {(0, 1): (pytest.approx(KEPT_PER_SAVE * 12 + 10), pytest.approx(KEPT_PER_SAVE * 4 + 9)),
+                             (1, 4): (pytest.approx(KEPT_PER_SAVE * 5), pytest.approx(KEPT_PER_SAVE * 5))}
+    for bad in ("{not json", '{"first_token": [[0, 1, 2, 3]]}', '{"first_token": [[0, 1]]}', "[]"):
+        memory.path.write_text(bad)
+        assert memory.load() == {}
+    memory.save([{(2, 8): (4, 4)}])                   # written anew
+    assert memory.load() == {(2, 8): (4.0, 4.0)}
 
 
 def test_a_models_drafting_rate_is_what_its_timed_calls_cost_and_tells_under_what_load():

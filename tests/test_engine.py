@@ -256,6 +256,29 @@ def test_adaptive_draft_lengths_keep_the_output_and_hold_back_poor_drafters(engi
     assert drafters["draft-model"]["held_back"] > 0 and drafters["draft-model"]["calls"] >= 1
 
 
+def test_a_later_run_starts_from_what_the_drafts_were_worth_in_earlier_ones(engine_for):
+    """What the drafts' first tokens were worth is stored when a run's drafters are forgotten or closed, and a later
+    engine's drafters start from it; the output is the same."""
+    from specframe.drafting.acceptance_memory import memory_folder
+
+    prompt = " ".join([PROMPT] * 3)
+    first = engine_for(DRAFTERS["copy-cursor"], speculative="adaptive = true")
+    plain = first.generate(prompt, speculative=False, raw=True, max_tokens=40)
+    assert first.generate(prompt, raw=True, max_tokens=40).tokens == plain.tokens
+    memory = first.chain().entries[0].acceptance_memory
+    first.forget_drafters()
+    assert [memory.path] == list(memory_folder().glob("*.json"))
+    counts = memory.load()
+    assert sum(drafts for drafts, _ in counts.values()) >= 1
+    assert first.generate(prompt, raw=True, max_tokens=40).tokens == plain.tokens
+    first.close()
+    twice = memory.load()
+    assert sum(drafts for drafts, _ in twice.values()) > sum(drafts for drafts, _ in counts.values())
+    later = engine_for(DRAFTERS["copy-cursor"], speculative="adaptive = true")
+    assert later.chain().entries[0].record.learned == twice
+    assert later.generate(prompt, raw=True, max_tokens=40).tokens == plain.tokens
+
+
 def test_a_draft_model_that_cannot_pay_for_the_prompt_is_not_begun_by_a_later_run(engine_for, monkeypatch):
     """The first run times the model's catching up over its begin and stores it; a later run (a new engine) that
     finds the prompt dearer than any draft could bring back leaves the model alone, and the output is the same."""

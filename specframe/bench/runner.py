@@ -155,8 +155,8 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
 
 def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
               reference: list[int] | None) -> tuple[GenerationResult, float]:
-    """One greedy run of a strategy, cold (drafters and their estimates made anew, as in a new process), and the
-    process's peak memory during it (MiB)."""
+    """One greedy run of a strategy, cold (drafters and their estimates made anew, as in a new process, from
+    what earlier runs' drafts were worth: acceptance_memory.py), and the process's peak memory during it (MiB)."""
     engine.forget_drafters()
     _reset_peak_rss()
     options = dict(max_tokens=max_tokens, temperature=0.0, track_margins=True)   # traced for the lossless check

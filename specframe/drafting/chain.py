@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from specframe.drafting.acceptance_memory import AcceptanceMemory
 from specframe.drafting.catch_up import ModelRateStore
 from specframe.drafting.gain import (
     ALONE,
@@ -95,6 +96,7 @@ class ChainEntry:
     upkeep: Upkeep = field(default_factory=Upkeep)   # whether asking it at every step pays (a cheap drafter's)
     catch_up_store: ModelRateStore | None = None   # where a model's catch-up rate is kept across runs,
     drafting_store: ModelRateStore | None = None   # and its drafting rate
+    acceptance_memory: AcceptanceMemory | None = None   # what its drafts were worth in earlier runs
     deferred_begin: tuple | None = None   # (prompt, sampling) of a begin put off until the model's first call
     prepared: bool = False                # Drafter.prepare has been called
     begin_takes_sampling: bool = field(init=False)   # begin(prompt, sampling), or begin(prompt) alone

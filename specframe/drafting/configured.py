@@ -11,6 +11,7 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Sequence
 
+from specframe.drafting.acceptance_memory import AcceptanceMemory
 from specframe.drafting.catch_up import ModelRateStore, catch_up_folder
 from specframe.drafting.chain import ChainEntry, DrafterChain, DrafterStats
 from specframe.drafting.pass_cost import PassCost
@@ -77,9 +78,12 @@ class ConfiguredDrafters:
         return self._made[drafter_cfg.name]
 
     def _entry(self, drafter_cfg: "DrafterConfig", drafter: Drafter) -> ChainEntry:
-        """A chain entry; a model's starts with the catch-up and drafting rates an earlier run timed for the same
-        settings."""
+        """A chain entry, starting from what the same drafter's drafts were worth in earlier runs on the same
+        target; a model's also with the catch-up and drafting rates an earlier run timed for the same settings."""
         entry = ChainEntry(drafter_cfg.name, drafter, drafter_cfg.drafter_type.plugin, DrafterStats())
+        entry.acceptance_memory = AcceptanceMemory(f"{drafter_cfg.type}:{drafter_cfg.params!r}:"
+                                                   f"{self.env.target.path}")
+        entry.record.learned = entry.acceptance_memory.load()
         if drafter.uses_model:
             identity = (f"{drafter_cfg.type}:{drafter_cfg.params!r}:{self.env.n_threads}:{self.env.n_gpu_layers}:"
                         f"{timing_identity()}")
@@ -95,26 +99,30 @@ class ConfiguredDrafters:
         return DrafterChain(entries, self.n_vocab, speculative.n_min, self.cost, speculative.arbitration,
                             speculative.n_max)
 
-    def _keep_drafting_rates(self) -> None:
-        """Store each model's drafting rate as its calls timed it (ModelRateStore: not when the CPU was busy)."""
+    def _keep_what_was_measured(self) -> None:
+        """Store each model's drafting rate as its calls timed it (ModelRateStore: not when the CPU was busy), and
+        what each drafter's drafts were worth (AcceptanceMemory: one save for all its slots)."""
         for entry in self._all():
             timed = entry.record.drafting_rate(self.config.speculative.n_max)
             if entry.drafting_store is not None and timed is not None and entry.disabled is None:
                 entry.drafting_store.save(*timed)
+        for slots in self._made.values():
+            if slots is not None and slots[0].acceptance_memory is not None:
+                slots[0].acceptance_memory.save([entry.record.tally for entry in slots])
 
     def _all(self) -> list[ChainEntry]:
         return [entry for slots in self._made.values() if slots is not None for entry in slots]
 
     def forget(self) -> None:
-        """Close the drafters without saving what they learned (what the models' drafting costs on this machine is
-        kept): the next request creates them anew."""
-        self._keep_drafting_rates()
+        """Close the drafters without saving what they learned (what the models' drafting costs on this machine and
+        what the drafts were worth are kept): the next request creates them anew."""
+        self._keep_what_was_measured()
         self._new_chain(self._all()).close()
         self._made.clear()
 
     def close(self) -> list[str]:
         """Save what the drafters persist and close them; return why the saves that failed did."""
-        self._keep_drafting_rates()
+        self._keep_what_was_measured()
         entries = self._all()
         failures = [failure for entry in entries if (failure := _save(entry))]
         self._new_chain(entries).close()

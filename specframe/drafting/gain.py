@@ -10,7 +10,8 @@ mostly either wrong from the start or right for a stretch. The first token's est
 *run*, how many tokens the drafter's drafts have got right in a row when this one carries on the last (a copy
 under way tends to go on), and by the context support of the token (support.py: a token that already followed a
 long stretch of the same context is likelier). Each estimate starts from a weak prior that grows with both, and
-the drafter's record soon outweighs it. Every step, each draft that was made is scored against the tokens the
+from what the drafter's first tokens were worth in earlier runs at the same run and support (acceptance_memory.py),
+and the drafter's record soon outweighs both. Every step, each draft that was made is scored against the tokens the
 target emitted, whether or not it was the draft verified, so the estimates of all drafters learn from every step
 at no cost.
 
@@ -44,6 +45,8 @@ ASK, PROBE = "ask", "probe"
 CAUTION = 1.0           # acceptance estimates are taken this many standard errors low: little evidence, little trust
 CALIBRATION_PRIOR = 4.0  # tokens of agreement between estimates and outcomes a drafter's trust starts with
 PRIOR_WEIGHT = 2.0     # an estimate starts as worth this many observations of its prior:
+LEARNED_WEIGHT = 8.0   # what earlier runs found weighs as at most this many of a run's drafts: a reply's few
+                       # hundred tokens are over before its own estimates of a (run, support) pair have seen enough
 CHEAP_SHARE = 0.25      # a drafter whose calls cost less than this share of a single pass is asked every step while
                         # its calls pay for themselves (Upkeep); a dearer one only when it is expected to pay
 COST_SAMPLES = 4        # calls timed before a drafter can be found costly by its calls' time (one slow first call
@@ -245,6 +248,9 @@ class DrafterRecord:
 
     by_run: dict = field(default_factory=dict)   # run bucket -> Acceptance of a draft's first token
     first: dict = field(default_factory=dict)    # (run bucket, support level) -> the same, counted from nothing
+    learned: dict = field(default_factory=dict)  # (run bucket, support level) -> (drafts, first tokens right) of
+                                                 # earlier runs (acceptance_memory.py)
+    tally: dict = field(default_factory=dict)    # the same counted since the record was made, for the next runs
     later: Acceptance = field(default_factory=lambda: Acceptance(hits=0.9 * PRIOR_WEIGHT,
                                                                  misses=0.1 * PRIOR_WEIGHT))  # after an accepted one
     cost: CallCost = field(default_factory=CallCost)
@@ -359,13 +365,18 @@ class DrafterRecord:
         (leaning on the run's estimate while that support has been seen rarely), the others as the drafter's
         tokens after an accepted one. Both are taken CAUTION standard errors low: after a few long drafts all
         right, the tokens after an accepted one count no miss at all, and taken at face value they make every
-        draft worth its full length, where the copy it follows may end at any token."""
+        draft worth its full length, where the copy it follows may end at any token. What earlier runs found at the
+        same run and support counts as up to LEARNED_WEIGHT drafts of this one's."""
         later = self.later
         p = np.full(length, cautious(later.p, later.hits + later.misses))
         general = self._run_estimate(run)
         specific = self.first.get((run, support)) or Acceptance(hits=0.0, misses=0.0)
         hits = specific.hits + PRIOR_WEIGHT * general.p
         n = specific.hits + specific.misses + PRIOR_WEIGHT
+        drafts, right = self.learned.get((run, support), (0.0, 0.0))
+        if drafts:
+            weight = min(LEARNED_WEIGHT, drafts)
+            hits, n = hits + weight * right / drafts, n + weight
         p[:1] = cautious(hits / n, n)
         return p
 
@@ -450,6 +461,8 @@ class DrafterRecord:
         if first is None:
             first = self.first[run, support] = Acceptance(hits=0.0, misses=0.0)
         first.observe(first_right, went_wrong=not first_right)
+        drafts, right = self.tally.get((run, support), (0, 0))
+        self.tally[run, support] = (drafts + 1, right + first_right)
         if run:     # it carries on a draft that held up: even its first token follows accepted ones
             self.later.observe(confirmed, went_wrong=went_wrong)
         elif first_right:
