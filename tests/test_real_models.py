@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -17,6 +18,7 @@ from specframe.config import load_config
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import ModelError
+from specframe.prefix import common_prefix
 from specframe.testing.lossless import compare
 
 pytestmark = pytest.mark.real_model
@@ -150,11 +152,16 @@ def test_a_repeated_request_is_drafted_from_what_ngram_mod_remembers_of_the_firs
         """)
     prompt = workload("code-generation").prompt
     with Engine.from_config(config) as engine:
-        first = engine.generate(prompt, max_tokens=128).stats
-        again = engine.generate(prompt, max_tokens=128).stats
-    remembered = again.drafters["ngram-mod"]
-    assert remembered["accepted_tokens"] >= 0.5 * again.n_generated, again.as_dict()
-    assert again.n_target_passes <= 0.5 * first.n_target_passes, (first.as_dict(), again.as_dict())
+        first = engine.generate(prompt, max_tokens=128)
+        again = engine.generate(prompt, max_tokens=128)
+    # The second request's long verifications may break a near-tie the other way (lossless.py): ngram-mod knows the
+    # first answer, so it is judged on the tokens both answers share.
+    shared = common_prefix(np.asarray(first.tokens), np.asarray(again.tokens))
+    remembered = again.stats.drafters["ngram-mod"]
+    assert shared >= 32, (first.tokens, again.tokens)
+    assert remembered["accepted_tokens"] >= 0.5 * shared, again.stats.as_dict()
+    assert again.stats.n_target_passes <= first.stats.n_target_passes - 0.5 * shared, (first.stats.as_dict(),
+                                                                                        again.stats.as_dict())
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused_without_token_mapping(write_config):
