@@ -1,6 +1,7 @@
 """Choosing the draft to verify: by expected gain (the default) or by priority (llama.cpp's rule)."""
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -634,21 +635,26 @@ ICE_LAKE = PassCost({1: 0.0071, 2: 0.0120, 4: 0.0148, 8: 0.0297, 16: 0.0409, 17:
 
 class WrongAtTheStart(Recorded):
     """A draft model taking 2.1 ms per token it drafts (and one more pass), whose first draft of a reply is wrong
-    from its first token (the reply's opening, which no draft model guesses), the rest right."""
+    from its first token (the reply's opening, which no draft model guesses), the rest right. Its time passes on a
+    clock of its own (``clock``), which the chain is given: a busy machine's sleeps overshoot by milliseconds, and
+    priced so the model looks too dear to pay."""
+
+    clock = 0.0
 
     def draft(self, history, n_max):
         self.wrong_at = 0 if len(history) == PROMPT else None
         draft = super().draft(history, n_max)
-        time.sleep(0.0021 * (len(draft) + 1))
+        self.clock += 0.0021 * (len(draft) + 1)
         return draft
 
 
-def test_a_model_that_pays_is_asked_after_missing_the_replys_opening():
+def test_a_model_that_pays_is_asked_after_missing_the_replys_opening(monkeypatch):
     """On this Xeon the 0.5B pays on code generation (1.23x plain at fixed lengths), yet the chain held it back for
     whole runs: its first probe missed the reply's first token, and the probe budget, whose plain time is a step or
     two at a request's start, stopped the burst that would have proved it right, and every probe after it. A
     request's first burst now runs its course and is not charged to the budget."""
     model = WrongAtTheStart(16, uses_model=True)
+    monkeypatch.setattr("specframe.drafting.chain.time", SimpleNamespace(perf_counter=lambda: model.clock))
     chain = chain_of(model, cost=ICE_LAKE)
     seconds = replay(chain, n_tokens=200, passes=ICE_LAKE)
     stats = chain.entries[0].stats
