@@ -248,7 +248,9 @@ class Engine:
                 cost.at_depth(s.n_past)
             if s.chain is not None:
                 share = PassShare(tuple(planned), mine, expected - 1.0, ctx.one_batch)
+                choosing = time.perf_counter()
                 draft = s.chain.draft(s.history, min(s.n_max(n_max, n_ctx), draft_room), share)
+                s.stats.chain_seconds += time.perf_counter() - choosing
                 draft_room -= len(draft)
                 planned[mine] = (s.seq, 1 + len(draft))
                 expected += s.chain.expected - 1.0
@@ -303,7 +305,9 @@ class Engine:
             stats.n_drafted += len(draft)
             stats.n_accepted += n_accepted
         if s.chain is not None:
+            hearing = time.perf_counter()
             s.chain.accept(n_accepted, emitted)
+            stats.chain_seconds += time.perf_counter() - hearing
         return s.commit(emitted)
 
     def _begin(self, s: Sequence) -> None:

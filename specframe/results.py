@@ -21,6 +21,7 @@ class RequestStats:
     generation_seconds: float = 0.0  # decoding
     calibration_seconds: float = 0.0  # measuring or checking the pass-cost table (a first run's, or a stale one's),
     preparing_seconds: float = 0.0    # and making drafters ready on first use (a draft model's load): counted apart
+    chain_seconds: float = 0.0       # of decoding, the drafter chain's: asking its drafters, choosing, hearing outcomes
     drafters: dict = field(default_factory=dict)
 
     @property

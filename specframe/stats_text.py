@@ -29,8 +29,10 @@ def format_stats(result: GenerationResult, speculative: bool = True) -> str:
                 if s.calibration_seconds >= _SHOWN_FROM else "")
         lines.append(f"setup: {', '.join(setting_up)}, counted in neither time above{hint}")
     if speculative:
+        share = 100 * s.chain_seconds / s.generation_seconds if s.generation_seconds > 0 else 0.0
         lines.append(f"drafted: {s.n_drafted}, accepted: {s.n_accepted} ({100 * s.acceptance_rate:.1f} %), "
-                     f"{s.n_drafts} drafts, mean accepted length {s.mean_accepted_length:.2f}")
+                     f"{s.n_drafts} drafts, mean accepted length {s.mean_accepted_length:.2f}; the drafter chain "
+                     f"took {1e3 * s.chain_seconds:.1f} ms ({share:.1f} % of generation)")
     if s.drafters:
         width = max(8, *(len(name) for name in s.drafters))
         lines.append(f"{'drafter':<{width}}  " + "  ".join(f"{c:>11}" for c in _DRAFTER_COLUMNS))

@@ -448,6 +448,16 @@ def test_a_first_run_measures_what_depth_adds_at_its_prompt_and_prices_each_pass
     assert len(depths) == result.stats.n_target_passes and depths[-1] < read + len(result.tokens)
 
 
+def test_the_drafter_chains_own_time_is_counted_with_its_drafters_calls_in_it(engine_for):
+    engine = engine_for(DRAFTERS["copy-cursor"] + DRAFTERS["ngram-simple"], speculative="adaptive = true")
+    engine.generate(PROMPT, raw=True, max_tokens=8)              # the pass costs measured: the chain weighs drafts
+    stats = engine.generate(PROMPT, raw=True, max_tokens=64).stats
+    calls = sum(d["draft_ms"] + d["accept_ms"] for d in stats.drafters.values()) / 1e3
+    assert 0 < calls <= stats.chain_seconds < stats.generation_seconds   # weighing and hearing on top of the calls
+    assert "the drafter chain took" in format_stats(engine.generate(PROMPT, raw=True, max_tokens=8))
+    assert engine.generate(PROMPT, raw=True, max_tokens=64, speculative=False).stats.chain_seconds == 0
+
+
 def test_a_draft_models_load_on_first_use_is_counted_apart_from_prompt_and_decoding(engine_for, monkeypatch):
     from specframe.drafters.draft_model import DraftModelDrafter
 

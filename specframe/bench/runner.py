@@ -37,7 +37,7 @@ class BenchRow:
     acceptance_rate: float | None
     mean_accepted_length: float | None   # accepted tokens per draft that went to the target
     passes_per_token: float              # target forward passes per generated token
-    drafting_share: float                # share of generation time spent drafting
+    drafting_share: float                # share of generation time the drafter chain took (its drafters' calls too)
     peak_rss_mib: float                  # peak resident memory of the strategy's process during its runs
     lossless: str                        # the first run against plain greedy output (docs/design.md)
 
@@ -181,7 +181,6 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
     for name, results in runs.items():
         s = results[0].stats
         speculative = name != PLAIN
-        drafting = sum(d["draft_ms"] + d["accept_ms"] for d in s.drafters.values()) / 1e3
         speedup = speed[name] / speed[PLAIN]
         rows.append(BenchRow(
             workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name],
@@ -190,17 +189,17 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
             acceptance_rate=s.acceptance_rate if speculative else None,
             mean_accepted_length=s.mean_accepted_length if speculative else None,
             passes_per_token=s.n_target_passes / max(1, s.n_generated),
-            drafting_share=drafting / s.generation_seconds if s.generation_seconds else 0.0,
+            drafting_share=s.chain_seconds / s.generation_seconds if s.generation_seconds else 0.0,
             peak_rss_mib=peaks[name], lossless=verdicts.get(name, "-")))
     return rows
 
 
 def _modeled_speed(result: GenerationResult, cost: PassCost) -> float:
     """Tokens per second had each of the run's target passes taken what the pass-cost table says at its depth,
-    drafting what it measured: the run's decisions without the machine's noise (here consecutive identical runs
-    differ by up to a fifth)."""
-    drafting = sum(d["draft_ms"] + d["accept_ms"] for d in result.stats.drafters.values()) / 1e3
-    seconds = sum(cost.seconds_at(p.size, p.layout[p.mine][1]) for p in result.passes or [] if p.verifies) + drafting
+    the drafter chain's own time what it measured: the run's decisions without the machine's noise (here consecutive
+    identical runs differ by up to a fifth)."""
+    seconds = sum(cost.seconds_at(p.size, p.layout[p.mine][1]) for p in result.passes or [] if p.verifies)
+    seconds += result.stats.chain_seconds
     return result.stats.n_generated / seconds if seconds else 0.0
 
 
