@@ -5,18 +5,25 @@
 
 In one engine, each workload's request runs plain and then with the config's drafters, --repeat times in turn, the
 drafters made anew for each (as `specframe bench` runs them). Per run: the target passes, the milliseconds per pass
-inside llama_decode and the rest (sampling, verification, the drafters, choosing the draft, bookkeeping). Beside a
-CPU's pass of tens of milliseconds the rest is a percent or two; beside a GPU's of about two it decides whether
-speculation can pay where nothing is drafted (docs/design.md, performance method). Not a test: meaningful on an
-otherwise idle machine only.
+inside llama_decode and the rest, and of the rest the drafter chain's (asking its drafters, choosing the draft,
+hearing the outcome); the remainder is the engine's own (sampling, verification, bookkeeping). Beside a CPU's pass
+of tens of milliseconds the rest is a percent or two; beside a GPU's of about two it decides whether speculation
+can pay where nothing is drafted (docs/design.md, performance method). Last, the single-sequence passes of all the
+runs by size, each timed against what the engine's pass-cost table prices it at: where `specframe bench` models a
+speedup its runs do not reach, this says whether the table or the engine's own time is off. Not a test: meaningful
+on an otherwise idle machine only. A GPU run sets the layers through the environment, e.g.
+SPECFRAME_TARGET__N_GPU_LAYERS=99 SPECFRAME_DRAFTER__DRAFT_MODEL__N_GPU_LAYERS=99.
 """
 
 from __future__ import annotations
 
 import argparse
 import pathlib
+import statistics
 import time
 from dataclasses import dataclass
+
+import numpy as np
 
 from specframe.bench.workloads import workloads
 from specframe.engine import Engine
@@ -29,6 +36,7 @@ class StepTime:
     tokens: int
     passes: int
     decode_seconds: float
+    chain_seconds: float
     wall_seconds: float
 
     @property
@@ -39,14 +47,17 @@ class StepTime:
         per_pass = 1e3 / max(self.passes, 1)
         return (f"{'speculative' if self.speculative else 'plain':11s} {self.workload:16s} {self.tokens:4d} tokens "
                 f"{self.passes:4d} passes  ms per pass: decode {self.decode_seconds * per_pass:6.2f}  "
-                f"rest {self.rest_seconds * per_pass:5.2f}  ({self.wall_seconds:.2f} s)")
+                f"rest {self.rest_seconds * per_pass:5.2f} (chain {self.chain_seconds * per_pass:5.2f})  "
+                f"({self.wall_seconds:.2f} s)")
 
 
 class DecodeTimer:
-    """Counts and times the engine's target passes (its calls to llama_decode)."""
+    """Counts and times the engine's target passes (its calls to llama_decode), and keeps each single-sequence
+    pass's size, depth and seconds beside what the pass-cost table in use prices it at."""
 
     def __init__(self, engine: Engine):
         self.seconds, self.passes = 0.0, 0
+        self.priced: list[tuple[int, float, float]] = []   # (tokens, seconds taken, seconds the table says)
         context = engine.context
         decode = context.decode_batch
 
@@ -55,10 +66,26 @@ class DecodeTimer:
             try:
                 return decode(segments)
             finally:
-                self.seconds += time.perf_counter() - start
+                seconds = time.perf_counter() - start
+                self.seconds += seconds
                 self.passes += 1
+                cost = engine.calibration.cost
+                if cost is not None and len(segments) == 1 and segments[0].n_logits:
+                    n = len(segments[0].tokens)
+                    self.priced.append((n, seconds, cost.seconds_at(n, segments[0].start_pos)))
 
         context.decode_batch = timed   # type: ignore[method-assign]
+
+    def by_size(self) -> list[str]:
+        """Per size, the passes and the median of their seconds over the table's price."""
+        sizes = sorted({n for n, _, _ in self.priced})
+        lines = []
+        for size in sizes:
+            ratios = [taken / priced for n, taken, priced in self.priced if n == size and priced > 0]
+            lines.append(f"{size:3d} tokens  {len(ratios):5d} passes  taken / table: median "
+                         f"{statistics.median(ratios):.2f}  (quartiles {np.quantile(ratios, 0.25):.2f}-"
+                         f"{np.quantile(ratios, 0.75):.2f})")
+        return lines
 
 
 def measure(engine: Engine, timer: DecodeTimer, workload, speculative: bool) -> StepTime:
@@ -72,7 +99,11 @@ def measure(engine: Engine, timer: DecodeTimer, workload, speculative: bool) -> 
     for _ in pieces:
         pass
     wall = time.perf_counter() - start
-    return StepTime(workload.name, speculative, len(generation.result.tokens), timer.passes, timer.seconds, wall)
+    result = generation.result
+    assert result is not None
+    # the chain's time of the whole request: its first step's, before the first text, is in it too (a step in 100s)
+    return StepTime(workload.name, speculative, len(result.tokens), timer.passes, timer.seconds,
+                    result.stats.chain_seconds, wall)
 
 
 def main() -> None:
@@ -91,6 +122,8 @@ def main() -> None:
             for workload in workloads(tuple(args.workload), args.max_tokens):
                 for speculative in (False, True):
                     print(measure(engine, timer, workload, speculative).line(), flush=True)
+        print("single-sequence passes by size, against the pass-cost table:")
+        print("\n".join(timer.by_size()))
 
 
 if __name__ == "__main__":
