@@ -366,19 +366,31 @@ class DrafterRecord:
         tokens after an accepted one. Both are taken CAUTION standard errors low: after a few long drafts all
         right, the tokens after an accepted one count no miss at all, and taken at face value they make every
         draft worth its full length, where the copy it follows may end at any token. What earlier runs found at the
-        same run and support counts as up to LEARNED_WEIGHT drafts of this one's."""
+        same run and support counts as up to LEARNED_WEIGHT drafts of this one's. Without a support: ``p_next``."""
         later = self.later
         p = np.full(length, cautious(later.p, later.hits + later.misses))
         general = self._run_estimate(run)
-        specific = self.first.get((run, support)) or Acceptance(hits=0.0, misses=0.0)
-        hits = specific.hits + PRIOR_WEIGHT * general.p
-        n = specific.hits + specific.misses + PRIOR_WEIGHT
-        drafts, right = self.learned.get((run, support), (0.0, 0.0))
+        if support is None:     # a draft not made yet: the run's own estimate, on all the evidence it holds
+            hits, n = general.hits, general.hits + general.misses
+            drafts, right = self._learned_at_run(run)
+        else:
+            specific = self.first.get((run, support)) or Acceptance(hits=0.0, misses=0.0)
+            hits = specific.hits + PRIOR_WEIGHT * general.p
+            n = specific.hits + specific.misses + PRIOR_WEIGHT
+            drafts, right = self.learned.get((run, support), (0.0, 0.0))
         if drafts:
             weight = min(LEARNED_WEIGHT, drafts)
             hits, n = hits + weight * right / drafts, n + weight
         p[:1] = cautious(hits / n, n)
         return p
+
+    def _learned_at_run(self, run: int) -> tuple[float, float]:
+        """What earlier runs found at ``run``, over every support level: (drafts, first tokens right)."""
+        drafts = right = 0.0
+        for (at_run, _), (d, r) in self.learned.items():
+            if at_run == run:
+                drafts, right = drafts + d, right + r
+        return drafts, right
 
     def _run_estimate(self, run: int) -> Acceptance:
         if run not in self.by_run:
@@ -401,7 +413,11 @@ class DrafterRecord:
         return min(n_max, int(statistics.median(self._reach))) if self._reach else n_max
 
     def p_next(self, length: int) -> np.ndarray:
-        """Acceptance of the tokens of a draft not made yet (it would carry on the last one if that held up)."""
+        """Acceptance of the tokens of a draft not made yet (it would carry on the last one if that held up). Its
+        first token's support is not known: it is estimated by run alone, with the evidence of every draft of that
+        run (not as the prior of a support level, worth PRIOR_WEIGHT drafts whatever was seen: that held a draft
+        model's prospect at half its drafts' acceptance at a request's start, and under it all along), and what
+        earlier runs found at that run."""
         return self.p(length, _bucket(self._run) if len(self._rest) else 0)
 
     def costly(self, single_pass_seconds: float, uses_model: bool) -> bool:
