@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
-from specframe.drafting.acceptance_memory import KEPT_PER_SAVE, AcceptanceMemory
+from specframe.drafting.acceptance_memory import KEPT_PER_SAVE, AcceptanceMemory, Learned
 from specframe.drafting.catch_up import ModelRateStore
 from specframe.drafting.gain import (
     DECAY,
@@ -856,23 +856,36 @@ def test_a_short_reply_starts_from_what_the_drafters_first_tokens_were_worth_in_
     earlier = chain_of(Resuming(None, None))
     replay(earlier, n_tokens=400)
     counts = earlier.entries[0].record.tally
-    assert sum(drafts for drafts, _ in counts.values()) > 40
+    assert sum(drafts for drafts, _ in counts.first.values()) > 40
     memory = AcceptanceMemory("resuming", tmp_path)
-    memory.save([counts])
-    cold, warm = chain_of(Resuming(None, None)), chain_of(Resuming(None, None))
-    warm.entries[0].record.learned = memory.load()
+    memory.save([Learned(counts.first)])   # the first tokens' alone: this drafter's wrong steps fall at fixed
+    cold, warm = chain_of(Resuming(None, None)), chain_of(Resuming(None, None))   # places, which any change of
+    warm.entries[0].record.learn(memory.load())                                   # length moves a short reply to
     assert replay(warm, n_tokens=60) < 0.85 * replay(cold, n_tokens=60)
 
 
 def test_what_earlier_runs_found_weighs_as_a_few_drafts_of_this_one():
     record = DrafterRecord()
     cold = record.p(4, 1, 2)[0]
-    record.learned = {(1, 2): (1000.0, 990.0)}
+    record.learn(Learned({(1, 2): (1000.0, 990.0)}))
     assert record.p(4, 1, 2)[0] > cold + 0.2 and record.p(4, 0, 2)[0] == DrafterRecord().p(4, 0, 2)[0]
     for _ in range(3 * int(LEARNED_WEIGHT)):       # this run's own drafts of the pair, all wrong, outweigh it
         record.score(REFERENCE[:16] + 1, 1, 2, REFERENCE[:1])
     assert record.p(4, 1, 2)[0] < 0.5
-    assert record.tally[1, 2] == (3 * LEARNED_WEIGHT, 0)
+    assert record.tally.first[1, 2] == (3 * LEARNED_WEIGHT, 0)
+
+
+def test_the_tokens_after_an_accepted_one_start_from_earlier_runs_and_fade_under_this_ones():
+    """A draft model right to the end of its long drafts in earlier runs is not started from the prior (90%, taken
+    cautiously) that held its drafts' length back; a run whose drafts go wrong after their first token soon says so."""
+    cold = DrafterRecord().p(8, 0, 0)[1]
+    record = DrafterRecord()
+    record.learn(Learned(later=(200.0, 2010.0, 2000.0)))         # 200 drafts, a later token wrong 1 time in 200
+    assert record.p(8, 0, 0)[1] > max(0.95, cold + 0.1)
+    for _ in range(3 * int(LEARNED_WEIGHT)):
+        record.score(np.array([REFERENCE[0], REFERENCE[1] + 1]), 0, 0, REFERENCE[:3])   # wrong at its second token
+    assert record.p(8, 0, 0)[1] < 0.3
+    assert record.tally.later == (3 * LEARNED_WEIGHT, 3 * LEARNED_WEIGHT, 0)
 
 
 def test_a_draft_not_made_yet_is_estimated_on_its_runs_whole_evidence_and_on_earlier_runs():
@@ -880,7 +893,8 @@ def test_a_draft_not_made_yet_is_estimated_on_its_runs_whole_evidence_and_on_ear
     support level: taken as the prior of one, worth PRIOR_WEIGHT drafts whatever the run had seen, it held a model
     right 94% of the time at half that at a request's start, and well under its rate all along."""
     assert DrafterRecord().p_next(4)[0] < 0.55                 # nothing known: the prior, taken cautiously
-    warm = DrafterRecord(learned={(0, 0): (80.0, 74.0), (0, 3): (20.0, 20.0), (1, 0): (10.0, 0.0)})
+    warm = DrafterRecord()
+    warm.learn(Learned({(0, 0): (80.0, 74.0), (0, 3): (20.0, 20.0), (1, 0): (10.0, 0.0)}))
     assert warm.p_next(4)[0] > 0.8                              # run 0 over every support: right 94 times in 100
     record = DrafterRecord()
     right_then_wrong = np.array([REFERENCE[0], REFERENCE[1] + 1])   # the first token stands, the draft stops there
@@ -891,17 +905,24 @@ def test_a_draft_not_made_yet_is_estimated_on_its_runs_whole_evidence_and_on_ear
 
 def test_the_acceptance_memory_adds_each_save_to_what_fades_and_ignores_a_bad_file(tmp_path):
     memory = AcceptanceMemory("ngram-simple:n=12:target.gguf", tmp_path)
-    assert memory.load() == {}
-    memory.save([{(0, 1): (10, 3)}, {(0, 1): (2, 1), (1, 4): (5, 5)}])   # two slots' records
-    assert memory.load() == {(0, 1): (12.0, 4.0), (1, 4): (5.0, 5.0)}
-    memory.save([{(0, 1): (10, 9)}])
-    assert memory.load() == {(0, 1): (pytest.approx(KEPT_PER_SAVE * 12 + 10), pytest.approx(KEPT_PER_SAVE * 4 + 9)),
-                             (1, 4): (pytest.approx(KEPT_PER_SAVE * 5), pytest.approx(KEPT_PER_SAVE * 5))}
-    for bad in ("{not json", '{"first_token": [[0, 1, 2, 3]]}', '{"first_token": [[0, 1]]}', "[]"):
+    assert memory.load() == Learned()
+    memory.save([Learned({(0, 1): (10, 3)}, (4, 30, 25)),                      # two slots' records
+                 Learned({(0, 1): (2, 1), (1, 4): (5, 5)}, (1, 3, 3))])
+    assert memory.load() == Learned({(0, 1): (12.0, 4.0), (1, 4): (5.0, 5.0)}, (5.0, 33.0, 28.0))
+    memory.save([Learned({(0, 1): (10, 9)})])
+    kept = memory.load()
+    assert kept.first == {(0, 1): (pytest.approx(KEPT_PER_SAVE * 12 + 10), pytest.approx(KEPT_PER_SAVE * 4 + 9)),
+                          (1, 4): (pytest.approx(KEPT_PER_SAVE * 5), pytest.approx(KEPT_PER_SAVE * 5))}
+    assert kept.later == pytest.approx((KEPT_PER_SAVE * 5, KEPT_PER_SAVE * 33, KEPT_PER_SAVE * 28))
+    for bad in ("{not json", '{"first_token": [[0, 1, 2, 3]]}', '{"first_token": [[0, 1]]}', "[]",
+                '{"first_token": [], "later_tokens": [1, 2, 3]}', '{"first_token": [], "later_tokens": 7}'):
         memory.path.write_text(bad)
-        assert memory.load() == {}
-    memory.save([{(2, 8): (4, 4)}])                   # written anew
-    assert memory.load() == {(2, 8): (4.0, 4.0)}
+        assert memory.load() == Learned()
+    memory.path.write_text('{"first_token": [[2, 8, 4, 4]]}')   # a file of before the later tokens were kept
+    assert memory.load() == Learned({(2, 8): (4.0, 4.0)})
+    memory.path.write_text("{not json")
+    memory.save([Learned({(2, 8): (4, 4)})])          # written anew
+    assert memory.load() == Learned({(2, 8): (4.0, 4.0)}, (0.0, 0.0, 0.0))
 
 
 def test_a_models_drafting_rate_is_what_its_timed_calls_cost_and_tells_under_what_load():

@@ -83,7 +83,7 @@ class ConfiguredDrafters:
         entry = ChainEntry(drafter_cfg.name, drafter, drafter_cfg.drafter_type.plugin, DrafterStats())
         entry.acceptance_memory = AcceptanceMemory(f"{drafter_cfg.type}:{drafter_cfg.params!r}:"
                                                    f"{self.env.target.path}")
-        entry.record.learned = entry.acceptance_memory.load()
+        entry.record.learn(entry.acceptance_memory.load())
         if drafter.uses_model:
             identity = (f"{drafter_cfg.type}:{drafter_cfg.params!r}:{self.env.n_threads}:{self.env.n_gpu_layers}:"
                         f"{timing_identity()}")

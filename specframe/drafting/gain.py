@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specframe.drafting.acceptance_memory import Learned
 from specframe.drafting.pass_cost import PassCost, load_over
 from specframe.prefix import common_prefix
 
@@ -248,9 +249,8 @@ class DrafterRecord:
 
     by_run: dict = field(default_factory=dict)   # run bucket -> Acceptance of a draft's first token
     first: dict = field(default_factory=dict)    # (run bucket, support level) -> the same, counted from nothing
-    learned: dict = field(default_factory=dict)  # (run bucket, support level) -> (drafts, first tokens right) of
-                                                 # earlier runs (acceptance_memory.py)
-    tally: dict = field(default_factory=dict)    # the same counted since the record was made, for the next runs
+    learned: Learned = field(default_factory=Learned)   # what earlier runs' drafts were worth (acceptance_memory.py)
+    tally: Learned = field(default_factory=Learned)     # the same counted since the record was made, for the next runs
     later: Acceptance = field(default_factory=lambda: Acceptance(hits=0.9 * PRIOR_WEIGHT,
                                                                  misses=0.1 * PRIOR_WEIGHT))  # after an accepted one
     cost: CallCost = field(default_factory=CallCost)
@@ -377,17 +377,28 @@ class DrafterRecord:
             specific = self.first.get((run, support)) or Acceptance(hits=0.0, misses=0.0)
             hits = specific.hits + PRIOR_WEIGHT * general.p
             n = specific.hits + specific.misses + PRIOR_WEIGHT
-            drafts, right = self.learned.get((run, support), (0.0, 0.0))
+            drafts, right = self.learned.first.get((run, support), (0.0, 0.0))
         if drafts:
             weight = min(LEARNED_WEIGHT, drafts)
             hits, n = hits + weight * right / drafts, n + weight
         p[:1] = cautious(hits / n, n)
         return p
 
+    def learn(self, learned: Learned) -> None:
+        """Start from what earlier runs' drafts were worth: their first tokens weigh in ``p``, their tokens after an
+        accepted one join the estimate of those, as at most LEARNED_WEIGHT drafts of this run's (which then fade as
+        its own drafts are scored)."""
+        self.learned = learned
+        drafts, judged, stood = learned.later
+        if drafts:
+            weight = min(LEARNED_WEIGHT, drafts) / drafts
+            self.later = Acceptance(hits=self.later.hits + weight * stood,
+                                    misses=self.later.misses + weight * (judged - stood))
+
     def _learned_at_run(self, run: int) -> tuple[float, float]:
         """What earlier runs found at ``run``, over every support level: (drafts, first tokens right)."""
         drafts = right = 0.0
-        for (at_run, _), (d, r) in self.learned.items():
+        for (at_run, _), (d, r) in self.learned.first.items():
             if at_run == run:
                 drafts, right = drafts + d, right + r
         return drafts, right
@@ -477,12 +488,13 @@ class DrafterRecord:
         if first is None:
             first = self.first[run, support] = Acceptance(hits=0.0, misses=0.0)
         first.observe(first_right, went_wrong=not first_right)
-        drafts, right = self.tally.get((run, support), (0, 0))
-        self.tally[run, support] = (drafts + 1, right + first_right)
-        if run:     # it carries on a draft that held up: even its first token follows accepted ones
-            self.later.observe(confirmed, went_wrong=went_wrong)
-        elif first_right:
-            self.later.observe(confirmed - 1, went_wrong=went_wrong)
+        drafts, right = self.tally.first.get((run, support), (0, 0))
+        self.tally.first[run, support] = (drafts + 1, right + first_right)
+        if run or first_right:     # carrying on a draft that held up, even its first token follows accepted ones
+            stood = confirmed if run else confirmed - 1
+            self.later.observe(stood, went_wrong=went_wrong)
+            drafts, judged, kept = self.tally.later
+            self.tally.later = (drafts + 1, judged + stood + went_wrong, kept + stood)
         self._rest = draft_tokens[len(emitted):] if not went_wrong else draft_tokens[:0]
         self._run = self._run + confirmed if run and not went_wrong else confirmed if not went_wrong else 0
         return confirmed
