@@ -915,7 +915,8 @@ def test_the_acceptance_memory_adds_each_save_to_what_fades_and_ignores_a_bad_fi
                           (1, 4): (pytest.approx(KEPT_PER_SAVE * 5), pytest.approx(KEPT_PER_SAVE * 5))}
     assert kept.later == pytest.approx((KEPT_PER_SAVE * 5, KEPT_PER_SAVE * 33, KEPT_PER_SAVE * 28))
     for bad in ("{not json", '{"first_token": [[0, 1, 2, 3]]}', '{"first_token": [[0, 1]]}', "[]",
-                '{"first_token": [], "later_tokens": [1, 2, 3]}', '{"first_token": [], "later_tokens": 7}'):
+                '{"first_token": [], "later_tokens": [1, 2, 3]}', '{"first_token": [], "later_tokens": 7}',
+                '{"first_token": [], "later_tokens": [Infinity, 2, 1]}'):
         memory.path.write_text(bad)
         assert memory.load() == Learned()
     memory.path.write_text('{"first_token": [[2, 8, 4, 4]]}')   # a file of before the later tokens were kept

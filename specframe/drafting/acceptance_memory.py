@@ -69,7 +69,7 @@ class AcceptanceMemory:
             log.info("acceptance memory %s is ignored: unreadable (%s: %s)", self.path, type(exc).__name__, exc)
             return Learned()
         if not (all(math.isfinite(d) and 0 <= r <= d for d, r in first.values())
-                and math.isfinite(judged) and 0 <= stood <= judged and 0 <= drafts):
+                and math.isfinite(judged) and 0 <= stood <= judged and math.isfinite(drafts) and drafts >= 0):
             log.info("acceptance memory %s is ignored: expected 0 <= tokens right <= tokens judged", self.path)
             return Learned()
         return Learned(first, (drafts, judged, stood))
