@@ -379,8 +379,8 @@ class DrafterRecord:
             n = specific.hits + specific.misses + PRIOR_WEIGHT
             drafts, right = self.learned.first.get((run, support), (0.0, 0.0))
         if drafts:
-            weight = min(LEARNED_WEIGHT, drafts)
-            hits, n = hits + weight * right / drafts, n + weight
+            share = learned_share(drafts)
+            hits, n = hits + share * right, n + share * drafts
         p[:1] = cautious(hits / n, n)
         return p
 
@@ -391,9 +391,9 @@ class DrafterRecord:
         self.learned = learned
         drafts, judged, stood = learned.later
         if drafts:
-            weight = min(LEARNED_WEIGHT, drafts) / drafts
-            self.later = Acceptance(hits=self.later.hits + weight * stood,
-                                    misses=self.later.misses + weight * (judged - stood))
+            share = learned_share(drafts)
+            self.later = Acceptance(hits=self.later.hits + share * stood,
+                                    misses=self.later.misses + share * (judged - stood))
 
     def _learned_at_run(self, run: int) -> tuple[float, float]:
         """What earlier runs found at ``run``, over every support level: (drafts, first tokens right)."""
@@ -610,6 +610,12 @@ class Upkeep:
             self.left = self.pause
         else:
             self.pause = 0
+
+
+def learned_share(drafts: float) -> float:
+    """The share of earlier runs' counts over ``drafts`` drafts that a run starts from: as at most LEARNED_WEIGHT of
+    its own drafts."""
+    return min(LEARNED_WEIGHT, drafts) / drafts
 
 
 def cautious(p: float, n: float) -> float:
