@@ -23,6 +23,7 @@ from specframe.drafting.gain import (
     PROBE_EVERY,
     PROBE_MAX_EVERY,
     PROBE_SHARE,
+    REACH_SPAN,
     Acceptance,
     CallCost,
     DrafterRecord,
@@ -594,13 +595,16 @@ class SlowlyDrafting(Recorded):
 def test_a_model_is_probed_only_where_a_draft_as_long_as_its_drafts_come_out_could_pay():
     """On EPYC a 16-token draft all right would pay, a 1-token one not: a model whose drafts stop after one token
     (its confidence under p_min) is probed at a request's first step, not again and again for a length it does not
-    draft."""
+    draft; once those drafts lie REACH_SPAN tokens behind (the text may have changed) it is probed at growing
+    intervals."""
     long_drafts = SlowlyDrafting(16, wrong_at=0, uses_model=True)
     one_token_drafts = SlowlyDrafting(1, wrong_at=0, uses_model=True)
     for model in (long_drafts, one_token_drafts):
         replay(chain_of(model, cost=EPYC), n_tokens=300)
     assert long_drafts.calls[-1] > PROMPT + 2 * PROBE_EVERY          # probed at growing intervals
-    assert one_token_drafts.calls == [PROMPT]
+    gaps = np.diff(one_token_drafts.calls)
+    assert one_token_drafts.calls[0] == PROMPT and len(gaps) <= 5
+    assert np.all(gaps > REACH_SPAN) and np.all(gaps[1:] >= gaps[:-1])
 
 
 class DearModel(SlowlyDrafting):
@@ -698,13 +702,19 @@ def test_a_dear_model_whose_drafts_are_right_is_not_held_back_by_what_its_probes
     assert chain.entries[0].record.probe_budget.net_cost < 0
 
 
-def test_how_far_a_models_drafts_go_is_learnt_anew_for_each_request():
+def test_how_far_a_models_drafts_go_is_learnt_anew_for_each_request_and_from_the_texts_last_tokens():
     record = DrafterRecord()
-    for _ in range(3):
+    for at in (100, 101, 102):
+        record.asked(at)
         record.drafted(1, asked=16, longest=16)           # stopped short: prose, where it is seldom confident
-    assert record.reach(16) == 1
+    assert record.reach(16, 103) == 1
+    assert record.reach(16, 102 + REACH_SPAN) == 1
+    assert record.reach(16, 103 + REACH_SPAN) == 16       # where it was unsure lies behind
+    record.asked(200)
+    record.drafted(16, asked=16, longest=16)
+    assert record.reach(16, 201) == 16
     record.restart()
-    assert record.reach(16) == 16                         # the next request may be code
+    assert record.reach(16, 103) == 16                    # the next request may be code
 
 
 class CatchingUp(Recorded):

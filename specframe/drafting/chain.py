@@ -330,7 +330,7 @@ class DrafterChain:
         second, or as a probe (gain.DrafterRecord.decide)."""
         record, uses_model = entry.record, entry.drafter.uses_model
         catching_up = record.catching_up(len(history))
-        reach = record.reach(n_max) if uses_model else n_max
+        reach = record.reach(n_max, len(history)) if uses_model else n_max
         length, prospect = best_cut(record.p_next(reach), cost, record.cost, self.n_min, record.trust, self._share,
                                     catching_up)
         expected_to_pay = prospect > to_beat

@@ -53,7 +53,8 @@ CHEAP_SHARE = 0.25      # a drafter whose calls cost less than this share of a s
 COST_SAMPLES = 4        # calls timed before a drafter can be found costly by its calls' time (one slow first call
                         # that indexed a whole prompt, or met a page fault, must not hold it back for good)
 CATCH_UP_TIMED_FROM = 16   # prompt tokens a model's begin must evaluate to time its catching up by
-REACH_SAMPLES = 8          # a model's recent calls whose draft lengths tell how long its drafts come out
+REACH_SAMPLES = 8          # a model's recent calls whose draft lengths tell how long its drafts come out,
+REACH_SPAN = 32            # if made within this many tokens of the text
 EMPTY_CALLS = 3            # a model whose calls drafted nothing this many times in a row is probed only after
                            # PROBE_MAX_EVERY steps (p_min stops it: each probe would only catch it up)
 UPKEEP_PRIOR = 4.0         # single passes' worth of savings asking starts a request with: a drafter whose copies come
@@ -254,7 +255,8 @@ class DrafterRecord:
     later: Acceptance = field(default_factory=lambda: Acceptance(hits=0.9 * PRIOR_WEIGHT,
                                                                  misses=0.1 * PRIOR_WEIGHT))  # after an accepted one
     cost: CallCost = field(default_factory=CallCost)
-    _reach: deque = field(default_factory=lambda: deque(maxlen=REACH_SAMPLES))   # how far its recent drafts went
+    _reach: deque = field(default_factory=lambda: deque(maxlen=REACH_SAMPLES))   # how far its recent drafts went,
+                                                                                  # (history length, tokens)
     skipped: int = 0                 # steps not asked since it was last asked
     _held_back: bool = False         # not asked at the step before this one (decide() resets ``skipped`` when it
                                      # asks, before the call that must catch up is priced)
@@ -414,14 +416,18 @@ class DrafterRecord:
         """A call asked for ``asked`` tokens returned ``n_tokens``. A draft that stopped short of the ask (a model
         stops where its confidence falls under p_min) shows how far its drafts go; one that filled the ask could
         have gone on, up to ``longest``."""
-        self._reach.append(n_tokens if n_tokens < asked else longest)
+        self._reach.append((self._seen, n_tokens if n_tokens < asked else longest))
         self._empty = 0 if n_tokens else self._empty + 1
 
-    def reach(self, n_max: int) -> int:
-        """The draft length a model's next draft can be counted on for: the median of how far its recent drafts
-        went (``n_max`` before any). On text where it is seldom confident its calls return little or nothing, and
-        a prospect priced at full length would ask it at every step for drafts it does not make."""
-        return min(n_max, int(statistics.median(self._reach))) if self._reach else n_max
+    def reach(self, n_max: int, n_history: int) -> int:
+        """The draft length a model's next draft can be counted on for: the median of how far its drafts of the
+        last REACH_SPAN tokens of the text went (``n_max`` without any). On text where it is seldom confident its
+        calls return little or nothing, and a prospect priced at full length would ask it at every step for drafts
+        it does not make. Older drafts tell nothing: where it was unsure lies behind, and a model held back on
+        their strength was never asked again (on code generation, right at every draft, it sat out 80 of 190
+        tokens)."""
+        recent = [n for at, n in self._reach if n_history - at <= REACH_SPAN]
+        return min(n_max, int(statistics.median(recent))) if recent else n_max
 
     def p_next(self, length: int) -> np.ndarray:
         """Acceptance of the tokens of a draft not made yet (it would carry on the last one if that held up). Its
@@ -517,9 +523,10 @@ class DrafterRecord:
         drafts miss most, and one miss must not hold a model back for a whole run. A step of the burst where another
         draft is expected to pay more is waited out (and counted). After a later probe, the same burst goes on while
         its drafts come out right. A model whose last EMPTY_CALLS calls of the request drafted nothing (its
-        confidence under p_min: open prose) is probed only after PROBE_MAX_EVERY steps: every probe first catches it
-        up on the tokens it missed, and on open prose those catch-ups cost 5% of a run. Nor does a probe start while
-        the drafter's calls have cost more than its drafts saved by PROBE_SHARE of the time decoded (ProbeBudget);
+        confidence under p_min: open prose) is asked or probed only after PROBE_MAX_EVERY steps, whatever its
+        estimates: every call first catches it up on the tokens it missed, and on open prose those catch-ups cost 5%
+        of a run. Nor does a probe start while the drafter's calls have cost more than its drafts saved by
+        PROBE_SHARE of the time decoded (ProbeBudget);
         a burst under way runs its course, and a request's first burst is not charged to the budget (``charged``):
         at a request's start the time decoded is a step or two, and on a 2-core Xeon the budget stopped the 0.5B's
         first burst after its probe of the reply's opening missed, which held it back for whole runs where it makes
@@ -532,12 +539,12 @@ class DrafterRecord:
         self._burst = MODEL_BURST if first and uses_model else self._burst - 1 if in_burst else 0
         self._burst_through_misses = first or (self._burst_through_misses and in_burst)
         self.charged = True
-        if expected_to_pay:
-            self.skipped, self.probe_every = 0, PROBE_EVERY
-            return ASK
         if uses_model and self._empty >= EMPTY_CALLS and self.skipped < PROBE_MAX_EVERY:
             self._burst = 0
             return None
+        if expected_to_pay:
+            self.skipped, self.probe_every = 0, PROBE_EVERY
+            return ASK
         if in_burst and could_pay:
             self.skipped, self.charged = 0, not self._burst_through_misses
             return PROBE
