@@ -13,6 +13,7 @@ from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChai
 from specframe.drafting.acceptance_memory import KEPT_PER_SAVE, AcceptanceMemory, Learned
 from specframe.drafting.catch_up import ModelRateStore
 from specframe.drafting.gain import (
+    ASK,
     DECAY,
     EMPTY_CALLS,
     LEARNED_WEIGHT,
@@ -691,6 +692,18 @@ def test_a_burst_waits_out_a_step_where_another_draft_is_expected_to_pay_more_an
     record.probe_budget.net_cost = 1.0
     assert record.decide(False, True, could_pay=True, pays_if_right=True) == PROBE    # its burst runs, charged
     assert record.charged
+
+
+def test_a_requests_first_burst_is_not_charged_to_the_budget_when_its_calls_are_asked_either():
+    """A model that the acceptance memory expects to pay is asked at a request's first step, not probed; charged
+    for that draft when it missed the reply's opening, it was not probed again for 50 to 100 tokens."""
+    record = DrafterRecord()
+    assert record.decide(True, True) == ASK and not record.charged                   # the first step
+    for _ in range(MODEL_BURST):
+        assert record.decide(True, True) == ASK and not record.charged               # its burst
+    assert record.decide(True, True) == ASK and record.charged                       # after it
+    record.restart()
+    assert record.decide(True, False) == ASK and record.charged      # a drafter not a model has no first burst
 
 
 def test_a_dear_model_whose_drafts_are_right_is_not_held_back_by_what_its_probes_cost():

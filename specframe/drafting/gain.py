@@ -527,10 +527,11 @@ class DrafterRecord:
         estimates: every call first catches it up on the tokens it missed, and on open prose those catch-ups cost 5%
         of a run. Nor does a probe start while the drafter's calls have cost more than its drafts saved by
         PROBE_SHARE of the time decoded (ProbeBudget);
-        a burst under way runs its course, and a request's first burst is not charged to the budget (``charged``):
-        at a request's start the time decoded is a step or two, and on a 2-core Xeon the budget stopped the 0.5B's
-        first burst after its probe of the reply's opening missed, which held it back for whole runs where it makes
-        code generation 1.23x faster."""
+        a burst under way runs its course, and a request's first burst, its calls asked or probed, is not charged to
+        the budget (``charged``): at a request's start the time decoded is a step or two, and on a 2-core Xeon the
+        budget stopped the 0.5B's first burst after its probe of the reply's opening missed, which held it back for
+        whole runs where it makes code generation 1.23x faster; charged for a first-step draft asked and wrong, it
+        was not probed again for 50 to 100 tokens."""
         self._held_back = self._held_back or self.skipped > 0
         self.skipped += 1
         first, self._first_step = self._first_step, False
@@ -538,7 +539,7 @@ class DrafterRecord:
         paused, self._paused = self._paused, 0
         self._burst = MODEL_BURST if first and uses_model else self._burst - 1 if in_burst else 0
         self._burst_through_misses = first or (self._burst_through_misses and in_burst)
-        self.charged = True
+        self.charged = not (self._burst_through_misses and (in_burst or first and uses_model))
         if uses_model and self._empty >= EMPTY_CALLS and self.skipped < PROBE_MAX_EVERY:
             self._burst = 0
             return None
@@ -546,7 +547,7 @@ class DrafterRecord:
             self.skipped, self.probe_every = 0, PROBE_EVERY
             return ASK
         if in_burst and could_pay:
-            self.skipped, self.charged = 0, not self._burst_through_misses
+            self.skipped = 0
             return PROBE
         if in_burst and pays_if_right:     # another draft is expected to pay more at this step: the burst waits
             self._paused = paused + 1
@@ -561,7 +562,7 @@ class DrafterRecord:
             if not pays_if_right:
                 self._burst = 0
         if first:
-            self.skipped, self.charged = 0, not self._burst
+            self.skipped = 0
             return PROBE
         if self.skipped >= self.probe_every:
             self.probe_every = min(2 * self.probe_every, PROBE_MAX_EVERY)
