@@ -131,22 +131,25 @@ def test_expected_tokens_and_the_best_cut():
 
 @settings(max_examples=300, deadline=None)
 @given(p=hnp.arrays(np.float64, st.integers(1, 48), elements=st.floats(0.0, 1.0)), n_min=st.integers(1, 4),
-       trust=st.floats(0.05, 1.0), catching_up=st.floats(0.0, 0.05), others=st.floats(0.0, 3.0),
-       calls=st.lists(st.tuples(st.integers(0, 16), st.floats(0.001, 0.1)), max_size=6),
+       trust=st.floats(0.05, 1.0), catching_up=st.floats(0.0, 0.05), missed=st.integers(0, 300),
+       others=st.floats(0.0, 3.0), calls=st.lists(st.tuples(st.integers(0, 16), st.floats(0.001, 0.1)), max_size=6),
        table=st.sampled_from([XEON, EPYC]), shared=st.booleans())
-def test_the_best_cut_is_the_rate_of_every_length_at_its_highest(p, n_min, trust, catching_up, others, calls,
+def test_the_best_cut_is_the_rate_of_every_length_at_its_highest(p, n_min, trust, catching_up, missed, others, calls,
                                                                   table, shared):
-    """best_cut (a loop over floats, run several times a step) against the rate of each length written out."""
+    """best_cut (a loop over floats, run several times a step) against the rate of each length written out. A
+    held-back model's catching up on ``missed`` tokens is charged as far as the step's own expected tokens go."""
     drafting = CallCost()
     for n_tokens, seconds in calls:
         drafting.observe(n_tokens, seconds)
     share = PassShare(((0, 1), (1, 1)), 0, others, one_batch=True) if shared else PassShare(expected=others)
-    k, rate = best_cut(p, table, drafting, n_min, trust, share, catching_up)
+    k, rate = best_cut(p, table, drafting, n_min, trust, share, catching_up, missed)
     if len(p) < n_min:
         assert (k, rate) == (0, 0.0)
         return
-    rates = [(share.expected + 1 + trust * (expected_tokens(p)[n] - 1))
-             / (share.seconds(table, 1 + n) + catching_up + drafting.seconds(n)) for n in range(n_min, len(p) + 1)]
+    own = [1 + trust * (expected_tokens(p)[n] - 1) for n in range(len(p) + 1)]
+    charged = [catching_up * min(1.0, own[n] / missed) if missed else catching_up for n in range(len(p) + 1)]
+    rates = [(share.expected + own[n]) / (share.seconds(table, 1 + n) + charged[n] + drafting.seconds(n))
+             for n in range(n_min, len(p) + 1)]
     assert n_min <= k <= len(p)
     assert rate == pytest.approx(max(rates), rel=1e-9) and rates[k - n_min] == pytest.approx(max(rates), rel=1e-9)
 
@@ -730,21 +733,57 @@ def test_how_far_a_models_drafts_go_is_learnt_anew_for_each_request_and_from_the
     assert record.reach(16, 103) == 16                    # the next request may be code
 
 
+def test_a_model_held_back_at_a_near_tie_is_asked_again_once_its_estimate_pays():
+    """Its catching up on the tokens it missed is charged to the next draft only as far as that draft's expected
+    tokens go: whole, it grew at every step held back, until no draft could pay for it."""
+    record = DrafterRecord(catch_up=0.005)
+    record.asked(100)
+    p = np.full(15, 0.95)
+    for _ in range(200):
+        record.decide(False, True)
+    catching_up, missed = record.catching_up(300), record.missed(300)
+    assert catching_up == pytest.approx(1.0) and missed == 200
+    assert best_cut(p, XEON, catching_up=catching_up, missed=missed)[1] > 1.5 * plain_rate(XEON)
+    assert best_cut(p, XEON, catching_up=catching_up)[1] < plain_rate(XEON)    # charged whole: never again
+
+
 class CatchingUp(Recorded):
     """A draft model that evaluates the tokens it has not seen at 2 ms each (its begin, over the prompt, too: that
     times its catching up), then takes 5 ms per token it drafts (and one more pass)."""
 
     seen = PROMPT
+    catch_up_seconds, token_seconds = 0.002, 0.005
 
     def begin(self, prompt):
-        time.sleep(0.002 * len(prompt))
+        time.sleep(self.catch_up_seconds * len(prompt))
         self.seen = len(prompt)
 
     def draft(self, history, n_max):
         draft = super().draft(history, n_max)
-        time.sleep(0.002 * (len(history) - self.seen) + 0.005 * (len(draft) + 1))
+        time.sleep(self.catch_up_seconds * (len(history) - self.seen) + self.token_seconds * (len(draft) + 1))
         self.seen = len(history)
         return draft
+
+
+class UnsureAtFirst(CatchingUp):
+    """The 0.5B on this Xeon, to scale: it catches up at 5 ms a token and drafts at 17 ms, right throughout, but
+    confident for two tokens at most over the reply's first 24: drafts that short do not pay, longer ones do."""
+
+    catch_up_seconds, token_seconds = 0.005, 0.017
+
+    def draft(self, history, n_max):
+        return super().draft(history, n_max if len(history) >= PROMPT + 24 else min(n_max, 2))
+
+
+def test_a_model_whose_first_drafts_came_out_short_is_asked_for_long_ones_later():
+    """How far its drafts went at the reply's opening is not held against it for the rest of the reply, nor is
+    all it has to catch up on by then charged to its next draft alone."""
+    model = UnsureAtFirst(16, uses_model=True)
+    chain = chain_of(model, cost=XEON_AVX512)
+    replay(chain, n_tokens=200)
+    long_calls = [at for at in model.calls if at >= PROMPT + 24]
+    assert long_calls and long_calls[0] <= PROMPT + 24 + REACH_SPAN + PROBE_EVERY
+    assert chain.entries[0].stats.accepted_tokens >= 100
 
 
 def test_a_models_call_cost_leaves_out_its_catching_up():

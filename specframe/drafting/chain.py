@@ -327,12 +327,13 @@ class DrafterChain:
     def _ask_if_it_pays(self, entry: ChainEntry, history: np.ndarray, n_max: int, cost: PassCost,
                         to_beat: float) -> _Candidate | None:
         """Ask a drafter whose drafting costs time only when its draft is expected to beat ``to_beat`` tokens per
-        second, or as a probe (gain.DrafterRecord.decide)."""
+        second, or as a probe (gain.DrafterRecord.decide). Whether it could pay, which a probe needs, is priced
+        with its whole catching up: a probe's is paid back only if it finds the model's drafts paying."""
         record, uses_model = entry.record, entry.drafter.uses_model
-        catching_up = record.catching_up(len(history))
+        catching_up, missed = record.catching_up(len(history)), record.missed(len(history))
         reach = record.reach(n_max, len(history)) if uses_model else n_max
         length, prospect = best_cut(record.p_next(reach), cost, record.cost, self.n_min, record.trust, self._share,
-                                    catching_up)
+                                    catching_up, missed)
         expected_to_pay = prospect > to_beat
         if_right = (best_cut(np.ones(reach), cost, record.cost, self.n_min, share=self._share,
                              catching_up=catching_up)[1] if uses_model and not expected_to_pay else 0.0)

@@ -356,6 +356,12 @@ class DrafterRecord:
         missed = self.skipped or self._held_back or self._deferred
         return self.catch_up * max(0, n_history - self._seen) if missed else 0.0
 
+    def missed(self, n_history: int) -> int:
+        """The reply's tokens that ``catching_up`` covers, over which resuming is paid back (best_cut); 0 for a
+        deferred begin, which evaluates the prompt: no measure of how long the reply runs."""
+        held_back = (self.skipped or self._held_back) and not self._deferred
+        return max(0, n_history - self._seen) if held_back else 0
+
     def run_of(self, draft_tokens: np.ndarray) -> int:
         """The run bucket of a draft: 0 unless it carries on the drafter's last draft, which held up so far."""
         n = min(len(draft_tokens), len(self._rest))
@@ -647,12 +653,19 @@ def plain_rate(cost: PassCost, share: PassShare = ALONE) -> float:
 
 
 def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_min: int = 1,
-             trust: float = 1.0, share: PassShare = ALONE, catching_up: float = 0.0) -> tuple[int, float]:
+             trust: float = 1.0, share: PassShare = ALONE, catching_up: float = 0.0,
+             missed: int = 0) -> tuple[int, float]:
     """The length k in [n_min, len(p)] with the most expected tokens per second, and that rate ((0, 0.0) when the
     draft is shorter than n_min). ``drafting`` adds the cost of drafting k tokens still to be paid (a drafter not
     asked yet) and ``catching_up`` the seconds it must spend first whatever the length (DrafterRecord.catching_up);
     ``trust`` scales the drafted tokens expected (a drafter's calibration); ``share`` is the rest of the pass.
-    Compare the rate with ``plain_rate``."""
+    Compare the rate with ``plain_rate``.
+
+    ``missed``: the tokens of the reply a held-back model's ``catching_up`` covers. A reply that has run on that
+    many tokens without it is as likely to run on as many more with it, so resuming is paid back over them, once:
+    the step is charged the share of it that its own expected tokens are of them. Charged whole to the next draft
+    it grew at every step held back, and a model held back at a near-tie was never asked again (on code
+    generation, right at 97% of its tokens, it sat out 174 of 183 steps)."""
     n_min = max(1, n_min)
     if len(p) < n_min:
         return 0, 0.0
@@ -660,14 +673,16 @@ def best_cut(p: np.ndarray, cost: PassCost, drafting: CallCost | None = None, n_
     # tokens is most of a step's deciding (a sixth of a pass on a GPU).
     passes = share.seconds_from(cost, 1 + n_min, 1 + len(p))
     fixed, per_token = drafting.line() if drafting is not None else (0.0, 0.0)
-    fixed += catching_up
+    fixed += 0.0 if missed else catching_up
     own = share.expected + 1
+    catching_up_per_token = catching_up / missed if missed else 0.0
     best, best_rate, all_right, drafted = 0, -1.0, 1.0, 0.0
     for k, accepted in enumerate(p.tolist(), 1):
         all_right *= accepted
         drafted += all_right                 # expected_tokens(p)[k] - 1
         if k >= n_min:
-            rate = (own + trust * drafted) / (passes[k - n_min] + fixed + per_token * k)
+            caught_up = catching_up_per_token * min(missed, 1 + trust * drafted)
+            rate = (own + trust * drafted) / (passes[k - n_min] + fixed + caught_up + per_token * k)
             if rate > best_rate:
                 best, best_rate = k, rate
     return best, best_rate
