@@ -55,8 +55,8 @@ COST_SAMPLES = 4        # calls timed before a drafter can be found costly by it
 CATCH_UP_TIMED_FROM = 16   # prompt tokens a model's begin must evaluate to time its catching up by
 REACH_SAMPLES = 8          # a model's recent calls whose draft lengths tell how long its drafts come out,
 REACH_SPAN = 32            # if made within this many tokens of the text
-EMPTY_CALLS = 3            # a model whose calls drafted nothing this many times in a row is probed only after
-                           # PROBE_MAX_EVERY steps (p_min stops it: each probe would only catch it up)
+EMPTY_CALLS = 3            # a model whose calls drafted nothing this many times in a row is asked or probed only
+                           # after PROBE_MAX_EVERY steps (p_min stops it: each call would only catch it up)
 UPKEEP_PRIOR = 4.0         # single passes' worth of savings asking starts a request with: a drafter whose copies come
                            # now and then is not paused before the first came (nor the chain)
 UPKEEP_DECAY = 0.995       # weight of the past in what asking cost and saved, per step asked: about a request
@@ -532,12 +532,11 @@ class DrafterRecord:
         confidence under p_min: open prose) is asked or probed only after PROBE_MAX_EVERY steps, whatever its
         estimates: every call first catches it up on the tokens it missed, and on open prose those catch-ups cost 5%
         of a run. Nor does a probe start while the drafter's calls have cost more than its drafts saved by
-        PROBE_SHARE of the time decoded (ProbeBudget);
-        a burst under way runs its course, and a request's first burst, its calls asked or probed, is not charged to
-        the budget (``charged``): at a request's start the time decoded is a step or two, and on a 2-core Xeon the
-        budget stopped the 0.5B's first burst after its probe of the reply's opening missed, which held it back for
-        whole runs where it makes code generation 1.23x faster; charged for a first-step draft asked and wrong, it
-        was not probed again for 50 to 100 tokens."""
+        PROBE_SHARE of the time decoded (ProbeBudget); a burst under way runs its course, and a request's first
+        burst, its calls asked or probed, is not charged to the budget (``charged``): at a request's start the time
+        decoded is a step or two, and on a 2-core Xeon the budget stopped the 0.5B's first burst after its probe of
+        the reply's opening missed, which held it back for whole runs where it makes code generation 1.23x faster;
+        charged for a first-step draft asked and wrong, it was not probed again for 50 to 100 tokens."""
         self._held_back = self._held_back or self.skipped > 0
         self.skipped += 1
         first, self._first_step = self._first_step, False
