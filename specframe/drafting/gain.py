@@ -353,14 +353,17 @@ class DrafterRecord:
         after a long wait pays for every token decoded meanwhile (and a model whose begin was deferred, for the
         prompt too), and on a CPU whose batches cost nearly as much as their tokens one by one, that is more than a
         short draft can bring back."""
-        missed = self.skipped or self._held_back or self._deferred
-        return self.catch_up * max(0, n_history - self._seen) if missed else 0.0
+        return self.catch_up * self._unseen(n_history)
 
     def missed(self, n_history: int) -> int:
         """The reply's tokens that ``catching_up`` covers, over which resuming is paid back (best_cut); 0 for a
         deferred begin, which evaluates the prompt: no measure of how long the reply runs."""
-        held_back = (self.skipped or self._held_back) and not self._deferred
-        return max(0, n_history - self._seen) if held_back else 0
+        return 0 if self._deferred else self._unseen(n_history)
+
+    def _unseen(self, n_history: int) -> int:
+        """The tokens a model not asked at the last step must evaluate before it drafts (0 while it is in step)."""
+        behind = self.skipped or self._held_back or self._deferred
+        return max(0, n_history - self._seen) if behind else 0
 
     def run_of(self, draft_tokens: np.ndarray) -> int:
         """The run bucket of a draft: 0 unless it carries on the drafter's last draft, which held up so far."""
