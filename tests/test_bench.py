@@ -82,3 +82,29 @@ def test_the_bench_states_the_table_that_priced_its_modeled_speedups():
         "modeled: each run's passes priced by the pass-cost table at their depth: a single pass 80.0 ms at depth "
         "270; in single passes 2 tokens 1.38, 4 tokens 2.12, 8 tokens 3.62, 16 tokens 6.62, 17 tokens 7.00; each "
         "token of a pass 20.00 ms more per 1000 positions deeper")
+
+
+def test_the_bench_states_how_far_each_strategys_repeats_lay_apart():
+    """Beside a median of noisy runs the table gives their spread: half their range over the median. A chain 0.92x
+    plain where plain's own runs lay ±10% apart is noise, not a loss."""
+    from specframe.bench.presentation import format_table
+    from specframe.bench.runner import ORACLE, PLAIN, _rows
+    from specframe.drafting.pass_cost import PassCost
+    from specframe.results import GenerationResult, RequestStats
+    from specframe.trace import Pass
+
+    def run(seconds: float, passes: int) -> GenerationResult:
+        return GenerationResult(text="", tokens=[1] * 20, n_prompt_tokens=1, stop_reason="max_tokens",
+                                stats=RequestStats(n_generated=20, n_target_passes=passes, generation_seconds=seconds),
+                                passes=[Pass(((0, 1 + i, 1, 1),), 0, 1) for i in range(passes)])
+
+    runs = {PLAIN: [run(2.0, 20), run(1.6, 20), run(2.5, 20)],     # 10, 12.5 and 8 tokens/s
+            ORACLE: [run(1.0, 5)]}
+    rows = _rows("w", runs, {PLAIN: 1.0, ORACLE: 1.0}, {}, PassCost({1: 0.1}))
+    plain, oracle = rows
+    assert plain.tokens_per_second == pytest.approx(10.0)
+    assert plain.spread == pytest.approx((12.5 - 8.0) / 2 / 10.0)
+    assert oracle.spread is None                                     # one run: no spread to tell
+    table = format_table(rows).splitlines()
+    assert table[0].split()[3:5] == ["tok/s", "spread"]
+    assert table[1].split()[3:5] == ["10.00", "±22%"] and table[2].split()[4] == "-"

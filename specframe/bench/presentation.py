@@ -13,6 +13,7 @@ _COLUMNS = [  # header, width, cell
     ("strategy", 16, lambda r: r.strategy),
     ("tokens", 6, lambda r: f"{r.tokens}"),
     ("tok/s", 7, lambda r: f"{r.tokens_per_second:.2f}"),
+    ("spread", 6, lambda r: "-" if r.spread is None else f"±{100 * r.spread:.0f}%"),
     ("speedup", 7, lambda r: f"{r.speedup:.2f}x"),
     ("modeled", 7, lambda r: f"{r.modeled_speedup:.2f}x"),
     ("of oracle", 9, lambda r: "-" if r.oracle_fraction is None else f"{100 * r.oracle_fraction:.0f}%"),

@@ -31,6 +31,7 @@ class BenchRow:
     strategy: str
     tokens: int                          # generated tokens (the first run)
     tokens_per_second: float             # median over repeats
+    spread: float | None                 # half the repeats' range of tokens/s, over their median (None: one run)
     speedup: float                       # over plain decoding
     modeled_speedup: float               # the same, each run's passes priced by the pass-cost table (no noise)
     oracle_fraction: float | None        # speedup / the oracle's speedup
@@ -175,6 +176,7 @@ def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
 def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[str, float],
           verdicts: dict[str, str], cost: PassCost) -> list[BenchRow]:
     speed = {name: statistics.median(r.stats.tokens_per_second for r in results) for name, results in runs.items()}
+    spread = {name: _spread([r.stats.tokens_per_second for r in results]) for name, results in runs.items()}
     modeled = {name: statistics.median(_modeled_speed(r, cost) for r in results) for name, results in runs.items()}
     oracle_speedup = speed[ORACLE] / speed[PLAIN]
     rows = []
@@ -183,7 +185,7 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
         speculative = name != PLAIN
         speedup = speed[name] / speed[PLAIN]
         rows.append(BenchRow(
-            workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name],
+            workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name], spread=spread[name],
             speedup=speedup, modeled_speedup=modeled[name] / modeled[PLAIN],
             oracle_fraction=speedup / oracle_speedup if speculative else None,
             acceptance_rate=s.acceptance_rate if speculative else None,
@@ -192,6 +194,13 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
             drafting_share=s.chain_seconds / s.generation_seconds if s.generation_seconds else 0.0,
             peak_rss_mib=peaks[name], lossless=verdicts.get(name, "-")))
     return rows
+
+
+def _spread(speeds: list[float]) -> float | None:
+    """How far a strategy's repeats lay apart: half their range over their median. Beside it a speedup tells a
+    difference from the machine's noise (here identical runs of plain decoding differ by up to a fifth)."""
+    middle = statistics.median(speeds)
+    return (max(speeds) - min(speeds)) / (2 * middle) if len(speeds) > 1 and middle else None
 
 
 def _modeled_speed(result: GenerationResult, cost: PassCost) -> float:
