@@ -175,8 +175,8 @@ def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
 
 def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[str, float],
           verdicts: dict[str, str], cost: PassCost) -> list[BenchRow]:
-    speed = {name: statistics.median(r.stats.tokens_per_second for r in results) for name, results in runs.items()}
-    spread = {name: _spread([r.stats.tokens_per_second for r in results]) for name, results in runs.items()}
+    speeds = {name: [r.stats.tokens_per_second for r in results] for name, results in runs.items()}
+    speed = {name: statistics.median(each) for name, each in speeds.items()}
     modeled = {name: statistics.median(_modeled_speed(r, cost) for r in results) for name, results in runs.items()}
     oracle_speedup = speed[ORACLE] / speed[PLAIN]
     rows = []
@@ -185,7 +185,8 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
         speculative = name != PLAIN
         speedup = speed[name] / speed[PLAIN]
         rows.append(BenchRow(
-            workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name], spread=spread[name],
+            workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name],
+            spread=_spread(speeds[name], speed[name]),
             speedup=speedup, modeled_speedup=modeled[name] / modeled[PLAIN],
             oracle_fraction=speedup / oracle_speedup if speculative else None,
             acceptance_rate=s.acceptance_rate if speculative else None,
@@ -196,10 +197,9 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
     return rows
 
 
-def _spread(speeds: list[float]) -> float | None:
-    """How far a strategy's repeats lay apart: half their range over their median. Beside it a speedup tells a
-    difference from the machine's noise (here identical runs of plain decoding differ by up to a fifth)."""
-    middle = statistics.median(speeds)
+def _spread(speeds: list[float], middle: float) -> float | None:
+    """How far a strategy's repeats lay apart: half their range over their median, ``middle``. Beside it a speedup
+    tells a difference from the machine's noise (here identical runs of plain decoding differ by up to a fifth)."""
     return (max(speeds) - min(speeds)) / (2 * middle) if len(speeds) > 1 and middle else None
 
 
