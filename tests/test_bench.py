@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specframe.bench.oracle import OracleDrafter
+from specframe.bench.oracle import OracleDrafter, settled_reference
 from specframe.bench.workloads import BUILTIN, workload, workloads
 from specframe.errors import SpecframeError
 from specframe.testing import fake_env
@@ -19,6 +19,22 @@ def test_the_oracle_drafts_the_reference_and_rejoins_it_after_a_divergence():
     assert len(oracle.draft(diverged, 4)) == 0                      # nothing in the reference follows 99
     rejoined = np.array([1, 2, 3, 4, 5, 6, 7, 8, 99, 7, 8, 9, 10], dtype=np.int32)
     assert oracle.draft(rejoined, 4).tokens.tolist() == [11, 12]    # the text met the reference again
+
+
+def test_a_reference_is_settled_on_the_reply_the_oracle_reproduces():
+    """Where batched passes break a near-tie, the oracle's output parts from plain's reply and may never rejoin it:
+    that output becomes the reference, until a run follows its reference to the end."""
+    plain, batched = np.array([1, 2, 3, 4, 5]), np.array([1, 2, 3, 9, 8])
+    asked = []
+
+    def reply_to(reference):
+        asked.append(reference.tolist())
+        return batched
+
+    assert settled_reference(reply_to, plain).tolist() == [1, 2, 3, 9, 8]
+    assert asked == [[1, 2, 3, 4, 5], [1, 2, 3, 9, 8]]                # settled: the second run followed it
+    outputs = iter([[1, 7], [1, 6], [1, 5], [1, 4]])
+    assert settled_reference(lambda reference: next(outputs), plain, tries=3).tolist() == [1, 5]   # the last run's
 
 
 def test_built_in_workloads_are_real_prompts_with_budgets(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from third_party_drafter import THIRD_PARTY
 
-from specframe.bench.oracle import OracleDrafter
+from specframe.bench.oracle import OracleDrafter, settled_reference
 from specframe.drafting.gain import DrafterRecord
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
@@ -378,6 +378,30 @@ def test_an_impossible_stored_table_is_measured_again_and_speculation_goes_on(en
     stored = engine.pass_cost_store.path   # replaced by the measured table, or deleted if the CPU was too busy to store
     assert not stored.exists() or PassCost.from_json(stored.read_text()).seconds(2) < 1.0
 
+
+
+def test_the_benchmarks_oracle_settles_a_reference_it_cannot_follow_on_the_reply_it_reproduces(engine_for):
+    """A reference that parts from the model's reply (as plain's does where batched passes break a near-tie) is
+    replaced by the oracle's own output, which the next run reproduces with every draft accepted: the ceiling the
+    benchmark measures is then the oracle's, not that of a reference it left for good."""
+    from specframe.bench.runner import _oracle_chain
+
+    engine = engine_for(speculative="adaptive = true")
+    prompt = engine.prompt_tokens(PROMPT, raw=True)
+    plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True)
+    parted = np.array(plain.tokens, dtype=np.int32)
+    parted[5:] = (parted[5:] + 1) % engine.model.vocab.n_tokens          # every token after the fifth is wrong
+    runs = []
+
+    def reply_to(known):
+        runs.append(engine.generate(PROMPT, raw=True, chain=_oracle_chain(engine, prompt, known), track_margins=True))
+        return runs[-1].tokens
+
+    settled = settled_reference(reply_to, parted)
+    assert len(runs) >= 2 and np.array_equal(runs[-1].tokens, settled)
+    assert compare(plain, runs[-1], engine).ok
+    last = runs[-1].stats
+    assert last.n_drafted > 0 and last.n_accepted == last.n_drafted      # followed to the end: nothing refuted
 
 def test_a_stored_table_is_spot_checked_when_the_table_is_asked_for(engine_for):
     """As a server asks for it before its first request, whose slots then seldom run the single-sequence passes that

@@ -12,9 +12,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from specframe.bench.oracle import OracleDrafter
+from specframe.bench.oracle import OracleDrafter, settled_reference
 from specframe.bench.workloads import Workload
 from specframe.config import Config
+from specframe.drafting import DrafterChain
 from specframe.drafting.gain import DrafterRecord
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
@@ -73,10 +74,14 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
             prompt = processes[PLAIN].call("tokenize", workload.prompt)
             runs: dict[str, list[GenerationResult]] = {name: [] for name in names}
             peaks = dict.fromkeys(names, 0.0)
+            reference = None     # the oracle's, settled from plain's first run (oracle.py)
             for _ in range(repeat):
                 for name in names:
-                    reference = runs[PLAIN][0].tokens if name == ORACLE else None
-                    result, peak = processes[name].call("generate", prompt, workload.max_tokens, reference)
+                    if name == ORACLE and reference is None:
+                        reference = processes[ORACLE].call("settle", prompt, workload.max_tokens,
+                                                           runs[PLAIN][0].tokens)
+                    result, peak = processes[name].call("generate", prompt, workload.max_tokens,
+                                                        reference if name == ORACLE else None)
                     runs[name].append(result)
                     peaks[name] = max(peaks[name], peak)
                     progress(f"{workload.name}: {name}")
@@ -139,6 +144,10 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
         "ready": lambda: True,
         "tokenize": engine.prompt_tokens,
         "generate": lambda prompt, max_tokens, reference: _measured(engine, strategy, prompt, max_tokens, reference),
+        "settle": lambda prompt, max_tokens, reference: settled_reference(
+            lambda known: np.asarray(engine.generate(prompt, chain=_oracle_chain(engine, prompt, known),
+                                                     max_tokens=max_tokens, temperature=0.0).tokens),
+            reference).tolist(),
         "compare": lambda plain, result: _lossless(plain, result, engine),
         "pass_cost": lambda: ((engine.pass_cost.measured, engine.pass_cost.per_position, engine.pass_cost.depth)
                               if engine.pass_cost is not None else ({}, 0.0, 0)),
@@ -154,6 +163,14 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
+def _oracle_chain(engine: Engine, prompt: np.ndarray, reference) -> DrafterChain:
+    """A chain of the oracle alone, drafting ``reference`` after ``prompt``, its record certain from the start."""
+    drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]), engine.drafters.env)
+    chain = engine.chain_of({ORACLE: drafter})
+    chain.entries[0].record = DrafterRecord.certain()
+    return chain
+
+
 def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
               reference: list[int] | None) -> tuple[GenerationResult, float]:
     """One greedy run of a strategy, cold (drafters and their estimates made anew, as in a new process, from
@@ -164,10 +181,7 @@ def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
     if name == PLAIN:
         result = engine.generate(prompt, speculative=False, **options)
     elif name == ORACLE:
-        drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]), engine.drafters.env)
-        chain = engine.chain_of({ORACLE: drafter})
-        chain.entries[0].record = DrafterRecord.certain()
-        result = engine.generate(prompt, chain=chain, **options)
+        result = engine.generate(prompt, chain=_oracle_chain(engine, prompt, reference), **options)
     else:
         result = engine.generate(prompt, drafters=None if name == CHAIN else [name], **options)
     return result, _peak_rss_mib()
