@@ -379,7 +379,6 @@ def test_an_impossible_stored_table_is_measured_again_and_speculation_goes_on(en
     assert not stored.exists() or PassCost.from_json(stored.read_text()).seconds(2) < 1.0
 
 
-
 def test_the_benchmarks_oracle_settles_a_reference_it_cannot_follow_on_the_reply_it_reproduces(engine_for):
     """A reference that parts from the model's reply (as plain's does where batched passes break a near-tie) is
     replaced by the oracle's own output, which the next run reproduces with every draft accepted: the ceiling the
@@ -402,6 +401,7 @@ def test_the_benchmarks_oracle_settles_a_reference_it_cannot_follow_on_the_reply
     assert compare(plain, runs[-1], engine).ok
     last = runs[-1].stats
     assert last.n_drafted > 0 and last.n_accepted == last.n_drafted      # followed to the end: nothing refuted
+
 
 def test_a_stored_table_is_spot_checked_when_the_table_is_asked_for(engine_for):
     """As a server asks for it before its first request, whose slots then seldom run the single-sequence passes that
