@@ -82,8 +82,13 @@ def test_qwen_answers_the_example_prompt_from_the_cli():
 
 
 def median_ratio(table: PassCost, to: PassCost) -> float:
-    """The median over multi-token sizes of what ``table`` says a pass costs against what ``to`` says."""
-    return statistics.median(table.seconds(n) / to.seconds(n) for n in range(2, 18))
+    """The median over multi-token sizes of what ``table`` says a pass costs in single passes against what ``to``
+    says. In single passes: the gain rule weighs a draft's rate against plain decoding's, both priced by the table,
+    so only its shape decides; and this CPU's speed drifts by a fifth within minutes (single passes of 69 and 85 ms
+    in two calibrations back to back), which the seconds of two tables measured apart carry and their shapes do
+    not."""
+    return statistics.median((table.seconds(n) / table.seconds(1)) / (to.seconds(n) / to.seconds(1))
+                             for n in range(2, 18))
 
 
 def nearer_the_truth(table: PassCost, real: PassCost, poisoned: PassCost) -> bool:
