@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from third_party_drafter import THIRD_PARTY
 
-from specframe.bench.oracle import OracleDrafter, settled_reference
-from specframe.drafting.gain import DrafterRecord
+from specframe.bench.oracle import oracle_chain, settled_reference
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
@@ -369,11 +368,8 @@ def test_an_impossible_stored_table_is_measured_again_and_speculation_goes_on(en
     plain = engine_for().generate(PROMPT, speculative=False, raw=True)
     engine = engine_for(speculative="adaptive = true")
     poison(engine, {1: 0.08, 2: 4.4})                     # measured while another process used the CPU
-    knowing = OracleDrafter(np.concatenate([engine.prompt_tokens(PROMPT, raw=True), plain.tokens]),
-                            engine.drafters.env)
-    chain = engine.chain_of({"knowing": knowing})
-    chain.entries[0].record = DrafterRecord.certain()
-    result = engine.generate(PROMPT, raw=True, chain=chain)
+    result = engine.generate(PROMPT, raw=True, chain=oracle_chain(engine, engine.prompt_tokens(PROMPT, raw=True),
+                                                                  plain.tokens))
     assert engine.pass_cost.seconds(2) < 1.0 and result.stats.n_accepted > len(plain.tokens) / 2
     stored = engine.pass_cost_store.path   # replaced by the measured table, or deleted if the CPU was too busy to store
     assert not stored.exists() or PassCost.from_json(stored.read_text()).seconds(2) < 1.0
@@ -383,8 +379,6 @@ def test_the_benchmarks_oracle_settles_a_reference_it_cannot_follow_on_the_reply
     """A reference that parts from the model's reply (as plain's does where batched passes break a near-tie) is
     replaced by the oracle's own output, which the next run reproduces with every draft accepted: the ceiling the
     benchmark measures is then the oracle's, not that of a reference it left for good."""
-    from specframe.bench.runner import _oracle_chain
-
     engine = engine_for(speculative="adaptive = true")
     prompt = engine.prompt_tokens(PROMPT, raw=True)
     plain = engine.generate(PROMPT, speculative=False, raw=True, track_margins=True)
@@ -393,7 +387,7 @@ def test_the_benchmarks_oracle_settles_a_reference_it_cannot_follow_on_the_reply
     runs = []
 
     def reply_to(known):
-        runs.append(engine.generate(PROMPT, raw=True, chain=_oracle_chain(engine, prompt, known), track_margins=True))
+        runs.append(engine.generate(PROMPT, raw=True, chain=oracle_chain(engine, prompt, known), track_margins=True))
         return runs[-1].tokens
 
     settled = settled_reference(reply_to, parted)

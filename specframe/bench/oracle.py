@@ -14,11 +14,15 @@ at the occurrence nearest to where it is.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from specframe.drafting import NO_DRAFT, Draft, Drafter, DrafterEnv
+from specframe.drafting import NO_DRAFT, Draft, Drafter, DrafterChain, DrafterEnv
+from specframe.drafting.gain import DrafterRecord
+
+if TYPE_CHECKING:
+    from specframe.engine import Engine
 
 ANCHOR = 4
 SETTLE_TRIES = 8    # oracle runs to settle a reference: each one that leaves it follows it further (open prose: 5)
@@ -52,6 +56,14 @@ class OracleDrafter(Drafter):
             return NO_DRAFT
         end = min(ends, key=lambda e: abs(e - n))
         return Draft.of(self.reference[end:end + n_max])
+
+
+def oracle_chain(engine: Engine, prompt: np.ndarray, reference) -> DrafterChain:
+    """A chain of the oracle alone, drafting ``reference`` after ``prompt``, its record certain from the start."""
+    drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]), engine.drafters.env)
+    chain = engine.chain_of({OracleDrafter.name: drafter})
+    chain.entries[0].record = DrafterRecord.certain()
+    return chain
 
 
 def settled_reference(reply_to: Callable[[np.ndarray], np.ndarray], reference: np.ndarray,

@@ -12,11 +12,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from specframe.bench.oracle import OracleDrafter, settled_reference
+from specframe.bench.oracle import oracle_chain, settled_reference
 from specframe.bench.workloads import Workload
 from specframe.config import Config
-from specframe.drafting import DrafterChain
-from specframe.drafting.gain import DrafterRecord
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
@@ -144,10 +142,7 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
         "ready": lambda: True,
         "tokenize": engine.prompt_tokens,
         "generate": lambda prompt, max_tokens, reference: _measured(engine, strategy, prompt, max_tokens, reference),
-        "settle": lambda prompt, max_tokens, reference: settled_reference(
-            lambda known: np.asarray(engine.generate(prompt, chain=_oracle_chain(engine, prompt, known),
-                                                     max_tokens=max_tokens, temperature=0.0).tokens),
-            reference).tolist(),
+        "settle": lambda prompt, max_tokens, reference: _settled(engine, prompt, max_tokens, reference),
         "compare": lambda plain, result: _lossless(plain, result, engine),
         "pass_cost": lambda: ((engine.pass_cost.measured, engine.pass_cost.per_position, engine.pass_cost.depth)
                               if engine.pass_cost is not None else ({}, 0.0, 0)),
@@ -163,12 +158,11 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _oracle_chain(engine: Engine, prompt: np.ndarray, reference) -> DrafterChain:
-    """A chain of the oracle alone, drafting ``reference`` after ``prompt``, its record certain from the start."""
-    drafter = OracleDrafter(np.concatenate([prompt, np.asarray(reference, dtype=np.int32)]), engine.drafters.env)
-    chain = engine.chain_of({ORACLE: drafter})
-    chain.entries[0].record = DrafterRecord.certain()
-    return chain
+def _settled(engine: Engine, prompt: np.ndarray, max_tokens: int, reference: list[int]) -> list[int]:
+    """The oracle's reference for a workload, settled from plain's reply (oracle.py), in untimed runs."""
+    return settled_reference(lambda known: np.asarray(engine.generate(
+        prompt, chain=oracle_chain(engine, prompt, known), max_tokens=max_tokens, temperature=0.0).tokens),
+        np.asarray(reference, dtype=np.int32)).tolist()
 
 
 def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
@@ -181,7 +175,7 @@ def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
     if name == PLAIN:
         result = engine.generate(prompt, speculative=False, **options)
     elif name == ORACLE:
-        result = engine.generate(prompt, chain=_oracle_chain(engine, prompt, reference), **options)
+        result = engine.generate(prompt, chain=oracle_chain(engine, prompt, reference), **options)
     else:
         result = engine.generate(prompt, drafters=None if name == CHAIN else [name], **options)
     return result, _peak_rss_mib()
