@@ -898,6 +898,14 @@ def test_a_catch_up_rate_is_not_stored_when_timed_under_load_nor_loaded_when_old
     assert store.load() == 0.0
 
 
+def test_a_model_rate_is_stored_at_the_pace_of_the_pass_cost_table(tmp_path):
+    """Timed while the target's passes took a quarter longer than the table says, a rate is kept a quarter faster:
+    a later run weighs it against the same table, whatever the machine's pace was at the time."""
+    store = ModelRateStore(tmp_path, "model")
+    store.save(0.025, other_load=0.0, pace=1.25)
+    assert store.load() == pytest.approx(0.02)
+
+
 class Resuming(Drafter):
     """Drafts the reference on, its first token wrong at about a third of the steps (a copy resumed at the wrong
     place)."""

@@ -255,7 +255,7 @@ def test_passes_that_disagree_with_the_table_make_it_stale_and_one_slow_outlier_
     for _ in range(pass_cost.DRIFT_WINDOW):                 # passes of 2 are really twice as dear, five in a row
         cost.observe(2, 0.120)
     assert cost.stale and "2 token" in cost.stale_reason
-    assert cost.seconds(2) == pytest.approx(0.0572)         # observations never rewrite the table themselves
+    assert cost.measured[2] == pytest.approx(0.0572)        # observations never rewrite the table themselves
 
 
 def half_priced_batches(real: dict[int, float]) -> PassCost:
@@ -402,6 +402,23 @@ def test_a_machine_whose_pace_drifts_alike_for_every_size_is_not_measured_again(
         for n in (1, 1, 16, 1, 9, 4, 1, 12, 1, 1):
             cost.observe(n, pace * real[n])
     assert not cost.stale, cost.stale_reason
+
+
+@pytest.mark.parametrize("pace", [0.7, 1.3])
+def test_prices_follow_the_pace_the_loop_finds_while_the_table_keeps_its_own(pace):
+    """A machine running every size alike slower (or faster) than the table: drafters' calls are timed at that
+    pace, so the passes they are weighed against are priced at it too; the table and its tests keep their level."""
+    real = seconds(EPYC)
+    cost = PassCost(real)
+    for n in (1, 1, 16):                  # the first follows another size: not compared
+        cost.observe(n, pace * real[n])
+    assert cost.pace == 1.0 and cost.seconds(4) == real[4]        # too few passes to tell
+    for n in (1, 9, 4, 1, 12, 1):
+        cost.observe(n, pace * real[n])
+    assert not cost.stale and cost.pace == pytest.approx(pace)
+    assert cost.seconds(16) == pytest.approx(pace * real[16])
+    assert cost.seconds_from(1, 4) == pytest.approx([pace * real[n] for n in range(1, 5)])
+    assert cost.measured == real and cost.seconds_at(16, cost.position) == real[16]
 
 
 def loop_finds(cost: PassCost, batch_shape: float, pace: float = 1.0) -> None:

@@ -5,8 +5,11 @@ costs a pass of its own. Where that costs more than its drafts could bring back 
 their tokens one by one), the chain does not start the model on the prompt at all (chain.py); to know that at a
 run's first request, two rates timed in earlier runs are kept on disk, under a key of the drafter's type and
 settings, the threads, the build and its CPU kernels: the seconds per token of its catching up (timed over a begin)
-and of its drafting (fitted over its calls). A rate timed while other processes used the CPU is not stored, and a
-stored one ages as the pass-cost table does.
+and of its drafting (fitted over its calls). They are kept at the pace of the pass-cost table (pass_cost.py): a rate
+timed while the machine ran passes a fifth slower than the table says is stored a fifth faster, so that a later
+run, which weighs it against the same table, does not find the model dearer or cheaper than it is for the moment
+it was timed at. A rate timed while other processes used the CPU is not stored, and a stored one ages as the
+pass-cost table does.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ class ModelRateStore:
         self.path = folder / f"{key}.json"
 
     def load(self) -> float:
-        """The stored seconds per token; 0.0 (unknown) when there is none, or it is unreadable or too old."""
+        """The stored seconds per token, at the table's pace; 0.0 (unknown) when there is none, or it is unreadable
+        or too old."""
         try:
             data = json.loads(self.path.read_bytes())
             seconds, measured_at = float(data["seconds_per_token"]), float(data["measured_at"])
@@ -54,11 +58,12 @@ class ModelRateStore:
             return 0.0
         return seconds
 
-    def save(self, seconds_per_token: float, other_load: float | None) -> None:
-        """Store a rate timed while other processes used ``other_load`` cores (None: unknown): not when busy."""
+    def save(self, seconds_per_token: float, other_load: float | None, pace: float = 1.0) -> None:
+        """Store a rate timed while other processes used ``other_load`` cores (None: unknown), not when busy, and
+        while the target's passes took ``pace`` times what the pass-cost table says (PassCost.pace)."""
         if other_load is not None and other_load > MAX_OTHER_LOAD:
             return
-        data = {"seconds_per_token": seconds_per_token, "measured_at": time.time(), "other_load": other_load}
+        data = {"seconds_per_token": seconds_per_token / pace, "measured_at": time.time(), "other_load": other_load}
         try:
             atomic_write(self.path, json.dumps(data).encode())
         except OSError as exc:

@@ -178,7 +178,8 @@ class DrafterChain:
         entry.stats.begin_ms += seconds * 1e3
         timed = entry.record.began(len(prompt), seconds if entry.drafter.uses_model else 0.0)
         if timed and entry.catch_up_store is not None and entry.disabled is None:
-            entry.catch_up_store.save(entry.record.catch_up, other_load(before, cpu_times(), seconds))
+            entry.catch_up_store.save(entry.record.catch_up, other_load(before, cpu_times(), seconds),
+                                      self.cost.pace if self.cost is not None else 1.0)
 
     def _cannot_pay_for(self, entry: ChainEntry, n_prompt: int) -> bool:
         """Whether a model known to catch up at its rate could not pay for evaluating the prompt even with a

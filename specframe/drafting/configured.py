@@ -105,7 +105,7 @@ class ConfiguredDrafters:
         for entry in self._all():
             timed = entry.record.drafting_rate(self.config.speculative.n_max)
             if entry.drafting_store is not None and timed is not None and entry.disabled is None:
-                entry.drafting_store.save(*timed)
+                entry.drafting_store.save(*timed, self.cost.pace if self.cost is not None else 1.0)
         for slots in self._made.values():
             if slots is not None and slots[0].acceptance_memory is not None:
                 slots[0].acceptance_memory.save([entry.record.tally for entry in slots])

@@ -38,6 +38,12 @@ off. Hence:
   (a second or so, where measuring it again costs the request ~20 s), and measured again only if that finds it
   stale too (``recheck``). A table this process measured, or spot-checked and kept, is not judged again for
   ``REMEASURE_AFTER_SECONDS`` (a size found faster in the loop takes the observed time meanwhile).
+- **Pace.** The table prices passes at the level it was measured at, while drafters' calls are timed in the
+  seconds they take now, on the same cores: on a machine whose pace drifts (this Xeon's single pass took 67 ms
+  when its table was measured and 70 to 95 ms an hour later), a draft model's calls then weigh up to a third more
+  beside the passes than they do. So the prices the chain weighs (``seconds``, ``seconds_from``) are the table's
+  times the pace: the median ratio of the last ``PACE_WINDOW`` passes the loop compared with it (1 until
+  ``PACE_LEAST`` were, and within ``GROSS`` either way). The shape's tests compare with the table's own level.
 - **Confirmation.** A stored table is not taken at its word for long drafts until a pass over several tokens has
   run at its pace: until then drafts are cut to ``UNCONFIRMED_DRAFT`` tokens. A table that is right loses next to
   nothing (the first drafts of a request are short while the drafters' estimates learn), and a table far too cheap
@@ -87,6 +93,8 @@ DRIFT = 1.5                          # passes slower than the pace by this facto
 FASTER = 1.25                        # one pass faster than the pace by this factor: stale (noise only adds time,
                                      # and loop passes run ~10% slower than measured ones, so it is never noise)
 GROSS = 2.0                          # a pace this far off the table's level, either way: stale (a busy CPU)
+PACE_WINDOW = 16                     # the last passes whose ratios to the table set the pace,
+PACE_LEAST = 3                       # and how many are needed to tell it
 DRIFT_WINDOW = 5                     # the last passes (any sizes, and single-token ones) whose ratios are compared
 BATCH_WINDOW = 3                     # passes over several tokens in a row all this much slower than the pace: stale
 GROSS_BATCHES = 2                    # or this many all GROSS * DRIFT slower (the pace taken as the table's level
@@ -171,6 +179,7 @@ class PassCost:
         self.measured_at = measured_at
         self.other_load = other_load
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
+        self._pace_ratios: deque = deque(maxlen=PACE_WINDOW)
         self._recent_single_ratios: deque = deque(maxlen=DRIFT_WINDOW)     # the pace
         self._recent_batch_ratios: deque = deque(maxlen=BATCH_WINDOW)
         self._recent_batch_sizes: deque = deque(maxlen=BATCH_WINDOW)      # the sizes of those passes
@@ -193,12 +202,19 @@ class PassCost:
         """Price the passes from now on as run after ``position`` positions of the context."""
         self.position = position
 
+    @property
+    def pace(self) -> float:
+        """How much longer than the table says the loop's passes take now (see the module docstring)."""
+        if len(self._pace_ratios) < PACE_LEAST:
+            return 1.0
+        return min(max(statistics.median(self._pace_ratios), 1 / GROSS), GROSS)
+
     def seconds(self, n_tokens: int) -> float:
-        """Seconds of a pass over ``n_tokens`` at the depth set by ``at_depth``."""
-        return self.seconds_at(n_tokens, self.position)
+        """Seconds a pass over ``n_tokens`` takes now, at the depth set by ``at_depth``."""
+        return self.pace * self.seconds_at(n_tokens, self.position)
 
     def seconds_at(self, n_tokens: int, position: int) -> float:
-        """Seconds of a pass over ``n_tokens`` run after ``position`` positions."""
+        """The table's seconds of a pass over ``n_tokens`` run after ``position`` positions (at its own pace)."""
         return self._deepened(n_tokens, self._entry(n_tokens), position)
 
     def _deepened(self, n_tokens: int, entry: float, position: int) -> float:
@@ -230,14 +246,15 @@ class PassCost:
 
     def seconds_from(self, first: int, last: int) -> list[float]:
         """``seconds`` of each size from ``first`` to ``last`` tokens: the chain prices every length of every draft
-        at every step, so the sizes are interpolated once per table, and only the depth's share is added each
-        time."""
+        at every step, so the sizes are interpolated once per table, and only the depth's share and the pace are
+        applied each time."""
         if len(self._each) <= last:
             self._each = [self._entry(n) for n in range(max(last + 1, 2 * len(self._each), 65))]
         entries = self._each[first:last + 1]
-        if not self.per_position or self.position == self.depth:
-            return entries
-        return [self._deepened(n, entry, self.position) for n, entry in enumerate(entries, first)]
+        if self.per_position and self.position != self.depth:
+            entries = [self._deepened(n, entry, self.position) for n, entry in enumerate(entries, first)]
+        pace = self.pace
+        return entries if pace == 1.0 else [pace * entry for entry in entries]
 
     # --- healing ---------------------------------------------------------------------------------------------
 
@@ -258,9 +275,10 @@ class PassCost:
         must be slow most of the last five."""
         if n_tokens not in self._seconds or self.stale:
             return
-        expected = self.seconds(n_tokens)
+        expected = self.seconds_at(n_tokens, self.position)
         ratio = seconds / expected
         self._recent_ratios.append(ratio)
+        self._pace_ratios.append(ratio)
         (self._recent_single_ratios if n_tokens == 1 else self._recent_batch_ratios).append(ratio)
         if n_tokens > 1:
             self._recent_batch_sizes.append(n_tokens)
@@ -338,7 +356,7 @@ class PassCost:
 
     def _forget_observations(self) -> None:
         for recent in (self._recent_ratios, self._recent_single_ratios, self._recent_batch_ratios,
-                       self._recent_batch_sizes):
+                       self._recent_batch_sizes, self._pace_ratios):
             recent.clear()
 
     def _possible_entry(self, n_tokens: int, seconds: float) -> float:
