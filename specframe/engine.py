@@ -276,22 +276,23 @@ class Engine:
         cost = self.calibration.cost
         pass_start = time.perf_counter()
         logits = self.context.decode_batch(segments)
+        seconds = time.perf_counter() - pass_start
         if cost is not None:
             # The table times one sequence's verification pass; a pass over several is evaluated in parts (see
             # Context), and one with a prompt chunk asks no logits for it: neither is comparable, yet each breaks a
             # run of passes of one size (whose graph llama.cpp reuses, and a GPU replays).
-            cost.observe(sum(len(segment.tokens) for segment in segments), time.perf_counter() - pass_start,
+            cost.observe(sum(len(segment.tokens) for segment in segments), seconds,
                          comparable=len(segments) == 1 and bool(segments[0].n_logits))
         layout = tuple((segment.seq, segment.start_pos, len(segment.tokens), segment.n_logits) for segment in segments)
         for mine, (segment, (s, owned), rows) in enumerate(zip(segments, owners, logits)):
             if segment.n_logits:
                 kept = self._verify(s, owned, rows)
                 if s.trace is not None:
-                    s.trace.observe(layout, mine, rows, kept)
+                    s.trace.observe(layout, mine, rows, kept, seconds)
             else:
                 s.n_past += owned
                 if s.trace is not None:
-                    s.trace.observe(layout, mine, None, 0)
+                    s.trace.observe(layout, mine, None, 0, seconds)
 
     def _verify(self, s: Sequence, draft, logits: np.ndarray) -> int:
         """Accept what the target agrees with, roll back the rest; return the tokens kept."""

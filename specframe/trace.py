@@ -21,6 +21,7 @@ class Pass:
     layout: tuple[tuple[int, int, int, int], ...]   # each segment: (sequence, first position, tokens, logits)
     mine: int                                       # the index of this request's segment
     kept: int                                       # generated tokens it chose for this request (0: prompt)
+    seconds: float                                  # the llama_decode call's wall time (the whole pass's)
 
     @property
     def size(self) -> int:
@@ -38,9 +39,9 @@ class Trace:
         self.margins: list[float] = []
         self.passes: list[Pass] = []
 
-    def observe(self, layout: tuple, mine: int, logits: np.ndarray | None, kept: int) -> None:
-        """A pass laid out as ``layout``, whose segment ``mine`` was this request's, chose ``kept`` generated tokens
-        from the first rows of ``logits``."""
+    def observe(self, layout: tuple, mine: int, logits: np.ndarray | None, kept: int, seconds: float) -> None:
+        """A pass laid out as ``layout``, whose segment ``mine`` was this request's, took ``seconds`` and chose
+        ``kept`` generated tokens from the first rows of ``logits``."""
         if kept and logits is not None:
             self.margins.extend(top2_margin(logits[:kept]).tolist())
-        self.passes.append(Pass(layout, mine, kept))
+        self.passes.append(Pass(layout, mine, kept, seconds))

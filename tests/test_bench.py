@@ -80,13 +80,33 @@ def test_the_modeled_speed_prices_each_pass_at_its_depth():
     cost = PassCost({1: 0.080, 5: 0.200}, per_position=20e-6, depth=0)
 
     def run_at(start: int) -> GenerationResult:
-        passes = [Pass(((0, start + 5 * i, 5, 5),), 0, 5) for i in range(4)]
+        passes = [Pass(((0, start + 5 * i, 5, 5),), 0, 5, 0.0) for i in range(4)]
         return GenerationResult(text="", tokens=[1] * 20, n_prompt_tokens=1, stop_reason="max_tokens",
                                 stats=RequestStats(n_generated=20), passes=passes)
 
     shallow, deep = _modeled_speed(run_at(0), cost), _modeled_speed(run_at(2000), cost)
     assert shallow == pytest.approx(20 / sum(0.200 + 20e-6 * 5 * 5 * i for i in range(4)))
     assert deep == pytest.approx(20 / sum(0.200 + 20e-6 * 5 * (2000 + 5 * i) for i in range(4)))
+
+
+def test_the_modeled_speed_takes_the_chains_time_at_the_tables_pace():
+    """A run whose passes took a quarter longer than the table says ran its drafters a quarter slower too: their
+    seconds count at the table's pace beside the passes priced by it, so the same run on a faster moment of the
+    machine models alike."""
+    from specframe.bench.runner import _modeled_speed
+    from specframe.drafting.pass_cost import PassCost
+    from specframe.results import GenerationResult, RequestStats
+    from specframe.trace import Pass
+
+    cost = PassCost({1: 0.080, 5: 0.200})
+
+    def run_at_pace(pace: float) -> GenerationResult:
+        passes = [Pass(((0, 5 * i, 5, 5),), 0, 5, pace * 0.200) for i in range(4)]
+        return GenerationResult(text="", tokens=[1] * 20, n_prompt_tokens=1, stop_reason="max_tokens",
+                                stats=RequestStats(n_generated=20, chain_seconds=pace * 0.4), passes=passes)
+
+    assert _modeled_speed(run_at_pace(1.25), cost) == pytest.approx(20 / (4 * 0.200 + 0.4))
+    assert _modeled_speed(run_at_pace(0.8), cost) == pytest.approx(_modeled_speed(run_at_pace(1.25), cost))
 
 
 def test_the_bench_states_the_table_that_priced_its_modeled_speedups():
@@ -112,7 +132,7 @@ def test_the_bench_states_how_far_each_strategys_repeats_lay_apart():
     def run(seconds: float, passes: int) -> GenerationResult:
         return GenerationResult(text="", tokens=[1] * 20, n_prompt_tokens=1, stop_reason="max_tokens",
                                 stats=RequestStats(n_generated=20, n_target_passes=passes, generation_seconds=seconds),
-                                passes=[Pass(((0, 1 + i, 1, 1),), 0, 1) for i in range(passes)])
+                                passes=[Pass(((0, 1 + i, 1, 1),), 0, 1, 0.1) for i in range(passes)])
 
     runs = {PLAIN: [run(2.0, 20), run(1.6, 20), run(2.5, 20)],     # 10, 12.5 and 8 tokens/s
             ORACLE: [run(1.0, 5)]}

@@ -212,11 +212,15 @@ def _spread(speeds: list[float], middle: float) -> float | None:
 
 
 def _modeled_speed(result: GenerationResult, cost: PassCost) -> float:
-    """Tokens per second had each of the run's target passes taken what the pass-cost table says at its depth,
-    the drafter chain's own time what it measured: the run's decisions without the machine's noise (here consecutive
-    identical runs differ by up to a fifth)."""
-    seconds = sum(cost.seconds_at(p.size, p.layout[p.mine][1]) for p in result.passes or [] if p.verifies)
-    seconds += result.stats.chain_seconds
+    """Tokens per second had each of the run's target passes taken what the pass-cost table says at its depth, and
+    the drafter chain its own measured time at the table's pace: the run's decisions without the machine's noise
+    (here consecutive identical runs differ by up to a fifth). The chain's seconds are divided by the run's pace, the
+    median ratio of its passes' wall time to their price: a draft model's calls, timed while this machine ran a fifth
+    slower than its table, would otherwise weigh a fifth more beside passes priced at the table's pace."""
+    verifying = [p for p in result.passes or [] if p.verifies]
+    prices = [cost.seconds_at(p.size, p.layout[p.mine][1]) for p in verifying]
+    paces = [p.seconds / price for p, price in zip(verifying, prices) if p.seconds > 0 and price > 0]
+    seconds = sum(prices) + result.stats.chain_seconds / (statistics.median(paces) if paces else 1.0)
     return result.stats.n_generated / seconds if seconds else 0.0
 
 
