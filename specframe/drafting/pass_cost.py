@@ -180,6 +180,7 @@ class PassCost:
         self.other_load = other_load
         self._recent_ratios: deque = deque(maxlen=DRIFT_WINDOW)
         self._pace_ratios: deque = deque(maxlen=PACE_WINDOW)
+        self.pace = 1.0   # how much longer than the table says the loop's passes take now (``_update_pace``)
         self._recent_single_ratios: deque = deque(maxlen=DRIFT_WINDOW)     # the pace
         self._recent_batch_ratios: deque = deque(maxlen=BATCH_WINDOW)
         self._recent_batch_sizes: deque = deque(maxlen=BATCH_WINDOW)      # the sizes of those passes
@@ -201,13 +202,6 @@ class PassCost:
     def at_depth(self, position: int) -> None:
         """Price the passes from now on as run after ``position`` positions of the context."""
         self.position = position
-
-    @property
-    def pace(self) -> float:
-        """How much longer than the table says the loop's passes take now (see the module docstring)."""
-        if len(self._pace_ratios) < PACE_LEAST:
-            return 1.0
-        return min(max(statistics.median(self._pace_ratios), 1 / GROSS), GROSS)
 
     def seconds(self, n_tokens: int) -> float:
         """Seconds a pass over ``n_tokens`` takes now, at the depth set by ``at_depth``."""
@@ -279,6 +273,7 @@ class PassCost:
         ratio = seconds / expected
         self._recent_ratios.append(ratio)
         self._pace_ratios.append(ratio)
+        self._update_pace()
         (self._recent_single_ratios if n_tokens == 1 else self._recent_batch_ratios).append(ratio)
         if n_tokens > 1:
             self._recent_batch_sizes.append(n_tokens)
@@ -358,6 +353,13 @@ class PassCost:
         for recent in (self._recent_ratios, self._recent_single_ratios, self._recent_batch_ratios,
                        self._recent_batch_sizes, self._pace_ratios):
             recent.clear()
+        self._update_pace()
+
+    def _update_pace(self) -> None:
+        """The pace from the passes compared lately (see the module docstring): set once a pass is observed, not
+        worked out at each price, as the chain prices every length of every draft at every step."""
+        self.pace = (min(max(statistics.median(self._pace_ratios), 1 / GROSS), GROSS)
+                     if len(self._pace_ratios) >= PACE_LEAST else 1.0)
 
     def _possible_entry(self, n_tokens: int, seconds: float) -> float:
         """``seconds`` for the entry of ``n_tokens``, moved as little as keeps the table possible (check_table): a
