@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from specframe.drafting import NO_DRAFT, ChainEntry, Draft, Drafter, DrafterChain, DrafterStats
+from specframe.drafting import chain as chain_module
 from specframe.drafting.acceptance_memory import KEPT_PER_SAVE, AcceptanceMemory, Learned
 from specframe.drafting.catch_up import ModelRateStore
 from specframe.drafting.gain import (
@@ -578,7 +579,7 @@ def test_a_model_is_not_probed_where_catching_up_costs_more_than_its_draft_could
     slow_to_catch_up = SlowToCatchUp(16, wrong_at=0, uses_model=True)
     for model in (cheap_to_catch_up, slow_to_catch_up):      # on EPYC a 4-token draft, if all right, pays
         replay(chain_of(model, cost=EPYC), n_tokens=300, n_max=4)      # a little
-    assert cheap_to_catch_up.calls[-1] > PROMPT + 2 * PROBE_EVERY    # probed at growing intervals
+    assert cheap_to_catch_up.calls[-1] > PROMPT + 2 * PROBE_EVERY    # probed again (its record wrong: after long waits)
     assert slow_to_catch_up.calls[-1] <= PROMPT + MODEL_BURST        # after its first steps, catching up on 16
                                                                       # missed tokens costs more than that
     for _ in range(2):                                                # and it is probed again by every request
@@ -786,12 +787,13 @@ def test_a_model_whose_first_drafts_came_out_short_is_asked_for_long_ones_later(
     assert chain.entries[0].stats.accepted_tokens >= 100
 
 
-def test_a_models_call_cost_leaves_out_its_catching_up():
+def test_a_models_call_cost_leaves_out_its_catching_up(monkeypatch):
     """What a probe spends on the tokens the model missed while held back is priced as catching up; counted in its
     drafting cost as well, it made every later draft look dearer, so the model was held back longer still. The
     chain decides to probe before it asks, so the probe must still be known for one that catches up. (Its probes
     wait until their share of the run has paid for its first call, ProbeBudget: some 40 steps here, after which a
-    longest draft all right, caught up, still pays.)"""
+    longest draft all right, caught up, still pays; its record, wrong throughout, is given room by a wide HOPE.)"""
+    monkeypatch.setattr(chain_module, "HOPE", 100.0)
     model = CatchingUp(16, wrong_at=0, uses_model=True)     # wrong: held back after its first steps
     chain = chain_of(model, cost=XEON)
     replay(chain, n_tokens=8 * PROBE_EVERY)
@@ -799,6 +801,21 @@ def test_a_models_call_cost_leaves_out_its_catching_up():
     record = chain.entries[0].record
     assert record.catch_up == pytest.approx(0.002, rel=0.3)
     assert record.cost.seconds(2) == pytest.approx(0.015, rel=0.3)    # a probe's own drafting: 3 passes of 5 ms
+
+
+def test_a_model_whose_record_leaves_no_room_to_pay_is_probed_again_only_after_long_waits():
+    """Wrong at every first token, the model's record after its first burst leaves no room for a draft of it to pay,
+    its acceptance taken HOPE standard errors high: it is probed again only after PROBE_MAX_EVERY steps, not after
+    16, 32, 64..., each probe first catching it up on every token it missed (on a 2-core EPYC the 0.5B's probes,
+    none expected to pay, took 4.5% of a code-generation run). Never given up for good: a request's first burst
+    goes on through misses, and the probes after long waits go on (where catching up on what it missed meanwhile
+    would not cost more than a draft of it could bring)."""
+    model = CatchingUp(16, wrong_at=0, uses_model=True)
+    model.catch_up_seconds = 0.0002
+    replay(chain_of(model, cost=EPYC), n_tokens=len(REFERENCE) - PROMPT)
+    assert model.calls[:MODEL_BURST + 1] == list(range(PROMPT, PROMPT + MODEL_BURST + 1))
+    waits = np.diff(model.calls[MODEL_BURST:])
+    assert len(waits) >= 1 and np.all(waits >= PROBE_MAX_EVERY)
 
 
 class BegunSlowly(SlowToCatchUp):

@@ -44,6 +44,7 @@ PROBE_LENGTH = 2        # tokens a probe asks for
 MODEL_BURST = 4         # a probed model that could pay is asked or probed at this many following steps too
 ASK, PROBE = "ask", "probe"
 CAUTION = 1.0           # acceptance estimates are taken this many standard errors low: little evidence, little trust
+HOPE = 1.0              # and this many high where a model's probes ask whether its drafts could pay at all
 CALIBRATION_PRIOR = 4.0  # tokens of agreement between estimates and outcomes a drafter's trust starts with
 PRIOR_WEIGHT = 2.0     # an estimate starts as worth this many observations of its prior:
 LEARNED_WEIGHT = 8.0   # what earlier runs found weighs as at most this many of a run's drafts: a reply's few
@@ -371,15 +372,16 @@ class DrafterRecord:
         carries_on = n and np.array_equal(draft_tokens[:n], self._rest[:n])
         return _bucket(self._run) if carries_on else 0
 
-    def p(self, length: int, run: int, support: int | None = None) -> np.ndarray:
+    def p(self, length: int, run: int, support: int | None = None, caution: float = CAUTION) -> np.ndarray:
         """Acceptance of each token of a draft, its predecessors accepted: the first by run and context support
         (leaning on the run's estimate while that support has been seen rarely), the others as the drafter's
         tokens after an accepted one. Both are taken CAUTION standard errors low: after a few long drafts all
         right, the tokens after an accepted one count no miss at all, and taken at face value they make every
         draft worth its full length, where the copy it follows may end at any token. What earlier runs found at the
-        same run and support counts as up to LEARNED_WEIGHT drafts of this one's. Without a support: ``p_next``."""
+        same run and support counts as up to LEARNED_WEIGHT drafts of this one's. Without a support: ``p_next``.
+        A negative ``caution`` takes them that many standard errors high instead (HOPE)."""
         later = self.later
-        p = np.full(length, cautious(later.p, later.hits + later.misses))
+        p = np.full(length, cautious(later.p, later.hits + later.misses, caution))
         general = self._run_estimate(run)
         if support is None:     # a draft not made yet: the run's own estimate, on all the evidence it holds
             hits, n = general.hits, general.hits + general.misses
@@ -392,7 +394,7 @@ class DrafterRecord:
         if drafts:
             share = learned_share(drafts)
             hits, n = hits + share * right, n + share * drafts
-        p[:1] = cautious(hits / n, n)
+        p[:1] = cautious(hits / n, n, caution)
         return p
 
     def learn(self, learned: Learned) -> None:
@@ -438,13 +440,13 @@ class DrafterRecord:
         recent = [n for at, n in self._reach if n_history - at <= REACH_SPAN]
         return min(n_max, int(statistics.median(recent))) if recent else n_max
 
-    def p_next(self, length: int) -> np.ndarray:
+    def p_next(self, length: int, caution: float = CAUTION) -> np.ndarray:
         """Acceptance of the tokens of a draft not made yet (it would carry on the last one if that held up). Its
         first token's support is not known: it is estimated by run alone, with the evidence of every draft of that
         run (not as the prior of a support level, worth PRIOR_WEIGHT drafts whatever was seen: that held a draft
         model's prospect at half its drafts' acceptance at a request's start, and under it all along), and what
         earlier runs found at that run."""
-        return self.p(length, _bucket(self._run) if len(self._rest) else 0)
+        return self.p(length, _bucket(self._run) if len(self._rest) else 0, caution=caution)
 
     def costly(self, single_pass_seconds: float, uses_model: bool) -> bool:
         """Asked only when expected to pay: a model, or any drafter whose calls are not negligible."""
@@ -515,7 +517,7 @@ class DrafterRecord:
         return confirmed
 
     def decide(self, expected_to_pay: bool, uses_model: bool, could_pay: bool = False,
-               pays_if_right: bool = False) -> str | None:
+               pays_if_right: bool = False, hopeful: bool = True) -> str | None:
         """Called once a step for a drafter asked only when it pays: ASK, PROBE (a short draft, so that an estimate
         that holds it back can be proved wrong) or None. ``could_pay``: a draft of it, as long as its drafts come out
         (``reach``), would pay if all its tokens were right (the table and its call cost allow a gain at all) and
@@ -554,7 +556,7 @@ class DrafterRecord:
         if expected_to_pay:
             self.skipped, self.probe_every = 0, PROBE_EVERY
             return ASK
-        if in_burst and could_pay:
+        if in_burst and could_pay and (hopeful or self._burst_through_misses):
             self.skipped = 0
             return PROBE
         if in_burst and pays_if_right:     # another draft is expected to pay more at this step: the burst waits
@@ -572,7 +574,7 @@ class DrafterRecord:
         if first:
             self.skipped = 0
             return PROBE
-        if self.skipped >= self.probe_every:
+        if self.skipped >= self.probe_every and (hopeful or not uses_model or self.skipped >= PROBE_MAX_EVERY):
             self.probe_every = min(2 * self.probe_every, PROBE_MAX_EVERY)
             self.skipped, self._burst = 0, MODEL_BURST if uses_model else 0
             return PROBE
@@ -634,9 +636,10 @@ def learned_share(drafts: float) -> float:
     return min(LEARNED_WEIGHT, drafts) / drafts
 
 
-def cautious(p: float, n: float) -> float:
-    """An acceptance ``p`` estimated over ``n`` (decayed) observations, taken CAUTION standard errors low."""
-    return max(0.0, p - CAUTION * (p * (1 - p) / (n + 1)) ** 0.5)
+def cautious(p: float, n: float, caution: float = CAUTION) -> float:
+    """An acceptance ``p`` estimated over ``n`` (decayed) observations, taken ``caution`` standard errors low (high
+    where negative)."""
+    return min(1.0, max(0.0, p - caution * (p * (1 - p) / (n + 1)) ** 0.5))
 
 
 def _bucket(run: int) -> int:
