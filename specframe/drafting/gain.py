@@ -522,7 +522,7 @@ class DrafterRecord:
         that holds it back can be proved wrong) or None. ``could_pay``: a draft of it, as long as its drafts come out
         (``reach``), would pay if all its tokens were right (the table and its call cost allow a gain at all) and
         no other draft is expected to pay. ``pays_if_right``: the same against plain decoding alone, whatever the
-        other drafts.
+        other drafts. ``hopeful``: the same at the acceptance its record allows at best (HOPE standard errors high).
 
         Every drafter is probed at the first step of a request, and after ``probe_every`` steps held back
         (doubling up to PROBE_MAX_EVERY while probes do not pay), which also times its calls again. A model is
@@ -533,7 +533,12 @@ class DrafterRecord:
         it stays in step (a probe then costs only its two draft tokens): the first tokens of a reply are where
         drafts miss most, and one miss must not hold a model back for a whole run. A step of the burst where another
         draft is expected to pay more is waited out (and counted). After a later probe, the same burst goes on while
-        its drafts come out right. A model whose last EMPTY_CALLS calls of the request drafted nothing (its
+        its drafts come out right. Past the first burst a model is probed, and its burst goes on, only while it is
+        ``hopeful``, otherwise after PROBE_MAX_EVERY steps: a record that leaves no room for its drafts to pay (the
+        0.5B's on a 2-core EPYC, whose pass over 3 tokens costs 2.2 single ones) does not buy probes after 16, 32,
+        64 steps, each catching it up on every token it missed. The first burst goes on without: after misses at a
+        reply's opening, the record of a model right afterwards leaves little room.
+        A model whose last EMPTY_CALLS calls of the request drafted nothing (its
         confidence under p_min: open prose) is asked or probed only after PROBE_MAX_EVERY steps, whatever its
         estimates: every call first catches it up on the tokens it missed, and on open prose those catch-ups cost 5%
         of a run. Nor does a probe start while the drafter's calls have cost more than its drafts saved by
