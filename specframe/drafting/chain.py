@@ -341,10 +341,10 @@ class DrafterChain:
                              catching_up=catching_up)[1] if uses_model and not expected_to_pay else 0.0)
         plain = self._plain_rate()
         could_pay = if_right > to_beat and not self._worth_verifying(to_beat, plain)   # weighed by decide() only
-        hopeful = if_right > plain and best_cut(record.p_next(reach, caution=-HOPE), cost, record.cost, self.n_min,
-                                                share=self._share, catching_up=catching_up)[1] > plain
-        decision = record.decide(expected_to_pay, uses_model, could_pay, if_right > plain,   # when not expected_to_pay
-                                 hopeful)
+        pays_if_right = if_right > plain                                                # when not expected_to_pay
+        hopeful = pays_if_right and best_cut(record.p_next(reach, caution=-HOPE), cost, record.cost, self.n_min,
+                                             share=self._share, catching_up=catching_up)[1] > plain
+        decision = record.decide(expected_to_pay, uses_model, could_pay, pays_if_right, hopeful)
         if decision is None:
             entry.stats.held_back += 1
             return None
