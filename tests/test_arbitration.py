@@ -319,22 +319,38 @@ def test_a_drafter_whose_first_drafts_missed_is_verified_again_soon_after_its_co
     assert copied >= 60            # of the copy's first 100 tokens (23-39 when trust learnt from verified drafts)
 
 
-def test_trust_learns_from_a_draft_not_verified_once_the_output_decides_it():
-    record, p = DrafterRecord(), np.full(8, 0.9)
-    for _ in range(3):
-        record.verified(p, 0)                   # each promised about 5 tokens, none stood
+def test_trust_learns_from_a_draft_not_verified_as_the_output_reaches_its_tokens():
+    """A copy not verified, followed one token a step, shows right at each: trust rises with each (not only once its
+    last is emitted, 8 steps on) and ends where the draft decided at once would have left it. A refuted token
+    decides the rest of the draft with it."""
+    p = np.full(8, 0.9)
+
+    def promised_and_missed() -> DrafterRecord:
+        record = DrafterRecord()
+        for _ in range(3):
+            record.verified(p, 0)                   # each promised about 5 tokens, none stood
+        return record
+
+    record, at_once = promised_and_missed(), promised_and_missed()
     low = record.trust
     record.not_verified(REFERENCE[:8], p)
-    record.heard(REFERENCE[:1], drafted=True)
-    assert record.trust == low                  # not decided yet
-    record.not_verified(REFERENCE[1:9] + 1, p)  # one followed at a time: this one is not
-    record.heard(REFERENCE[1:5], drafted=False)
-    record.heard(REFERENCE[5:9], drafted=False)
-    assert record.trust > low + 0.2             # all 8 stood
+    at_once.not_verified(REFERENCE[:8], p)
+    trusts = []
+    for at in range(8):
+        record.heard(REFERENCE[at:at + 1], drafted=False)
+        trusts.append(record.trust)
+        record.not_verified(REFERENCE[at + 1:at + 9] + 1, p)   # one followed at a time: these are not
+    at_once.heard(REFERENCE[:9], drafted=False)
+    assert low < trusts[0] and all(np.diff(trusts) > 0)
+    assert trusts[-1] == pytest.approx(at_once.trust) and trusts[-1] > low + 0.2
     raised = record.trust
     record.not_verified(REFERENCE[9:17], p)
-    record.heard(REFERENCE[9:10] + 1, drafted=False)
-    assert record.trust < raised                # its first token did not
+    record.heard(REFERENCE[9:10], drafted=False)        # its first token stood,
+    record.heard(REFERENCE[10:11] + 1, drafted=False)   # its second did not
+    assert record.trust < raised
+    lowered = record.trust
+    record.heard(REFERENCE[11:12], drafted=False)       # decided: the rest of it counts no more
+    assert record.trust == lowered
 
 
 def test_a_copy_carries_on_through_the_steps_its_drafter_made_no_draft_at():

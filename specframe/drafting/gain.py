@@ -273,8 +273,9 @@ class DrafterRecord:
     _expected: float = CALIBRATION_PRIOR   # decayed sums of tokens its verified drafts were expected to get right,
     _confirmed: float = CALIBRATION_PRIOR  # and of those that were
     _unverified: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))   # a draft of it not
-    _unverified_expected: float = 0.0      # verified, cut as a verification would have, still to be decided by the
-    _unverified_heard: int = 0             # output; what it was expected to get right; its tokens the output confirmed
+    _unverified_expected: np.ndarray = field(default_factory=lambda: np.empty(0))   # verified, cut as a verification
+    _unverified_heard: int = 0             # would have, still to be decided by the output; the chance each of its
+                                           # tokens was expected to stand with; its tokens the output confirmed
     catch_up: float = 0.0            # a model's seconds per token it evaluates in a batch, timed over its begin
                                      # (0: not known yet)
     _seen: int = 0                   # the history's length at its last call (or begin)
@@ -464,10 +465,12 @@ class DrafterRecord:
         once the output decides it (``heard``), its trust learns from it as from a verified one. Trust learnt from
         verified drafts alone, once low, keeps a drafter's drafts from being verified, and so from ever rising
         again: where a pass over a few tokens costs two or three single ones (a GPU's), two early misses would
-        hold a copy that comes right later back for the whole request. One draft is followed at a time."""
+        hold a copy that comes right later back for the whole request. One draft is followed at a time, and its
+        tokens count as the output reaches them: a 16-token copy followed one token a step would otherwise hold
+        trust where it was for 16 steps, the very steps it shows right."""
         if len(tokens) and not len(self._unverified):
             self._unverified, self._unverified_heard = tokens, 0
-            self._unverified_expected = float(np.cumprod(p).sum())
+            self._unverified_expected = np.cumprod(p)
 
     def heard(self, emitted: np.ndarray, drafted: bool) -> None:
         """The target emitted ``emitted`` at this step, which may decide the draft followed (``not_verified``).
@@ -483,15 +486,20 @@ class DrafterRecord:
         if not len(rest):
             return
         confirmed = common_prefix(rest, emitted)
-        if decided(len(rest), confirmed, len(emitted)):
-            self._calibrated(self._unverified_expected, self._unverified_heard + confirmed)
+        heard, refuted = self._unverified_heard, confirmed < min(len(rest), len(emitted))
+        reached = len(self._unverified) if refuted else heard + confirmed   # a refuted token decides all after it
+        self._calibrated(float(self._unverified_expected[heard:reached].sum()), confirmed, decay=heard == 0)
+        if refuted or reached == len(self._unverified):
             self._unverified = self._unverified[:0]
         else:
-            self._unverified_heard += confirmed
+            self._unverified_heard = reached
 
-    def _calibrated(self, expected: float, confirmed: int) -> None:
-        self._expected = DECAY * self._expected + expected
-        self._confirmed = DECAY * self._confirmed + confirmed
+    def _calibrated(self, expected: float, confirmed: int, decay: bool = True) -> None:
+        """Add a draft's tokens, expected to stand ``expected`` of them, ``confirmed`` of which did; the past
+        decays once a draft (``decay`` False for the later parts of one decided in parts)."""
+        weight = DECAY if decay else 1.0
+        self._expected = weight * self._expected + expected
+        self._confirmed = weight * self._confirmed + confirmed
 
     def score(self, draft_tokens: np.ndarray, run: int, support: int, emitted: np.ndarray) -> int:
         """Score a draft against the tokens the target emitted; return how many it got right."""
