@@ -337,9 +337,10 @@ def test_trust_learns_from_a_draft_not_verified_as_the_output_reaches_its_tokens
     at_once.not_verified(REFERENCE[:8], p)
     trusts = []
     for at in range(8):
+        if at:
+            record.not_verified(REFERENCE[at:at + 8] + 1, p)   # one followed at a time: these are not
         record.heard(REFERENCE[at:at + 1], drafted=False)
         trusts.append(record.trust)
-        record.not_verified(REFERENCE[at + 1:at + 9] + 1, p)   # one followed at a time: these are not
     at_once.heard(REFERENCE[:9], drafted=False)
     assert low < trusts[0] and all(np.diff(trusts) > 0)
     assert trusts[-1] == pytest.approx(at_once.trust) and trusts[-1] > low + 0.2
