@@ -489,7 +489,7 @@ class DrafterRecord:
         heard, refuted = self._unverified_heard, confirmed < min(len(rest), len(emitted))
         reached = len(self._unverified) if refuted else heard + confirmed   # a refuted token decides all after it
         self._calibrated(float(self._unverified_expected[heard:reached].sum()), confirmed, decay=heard == 0)
-        if refuted or reached == len(self._unverified):
+        if reached == len(self._unverified):                                  # decided whole
             self._unverified = self._unverified[:0]
         else:
             self._unverified_heard = reached
