@@ -49,6 +49,7 @@ from specframe.drafting.gain import (
     decided,
     expected_tokens,
     plain_rate,
+    refuted,
 )
 from specframe.drafting.pass_cost import PassCost, cpu_times, other_load, others_busy
 from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_request, begin_takes_sampling
@@ -257,7 +258,7 @@ class DrafterChain:
         emitted = np.asarray(emitted)
         if len(self._agreed):
             agreed = common_prefix(self._agreed, emitted)
-            self._agreement(self._agreed_support).observe(agreed, agreed < min(len(self._agreed), len(emitted)))
+            self._agreement(self._agreed_support).observe(agreed, refuted(len(self._agreed), agreed, len(emitted)))
         for candidate in self._candidates:
             if candidate.unverified_cut and candidate.entry is not winner:
                 cut = candidate.unverified_cut

@@ -71,13 +71,19 @@ PROBE_CREDIT = 0.5         # and beyond that share, plain decoding's time for th
                            # wrong draft's few milliseconds of pass is not the end of a request's first burst
 
 
+def refuted(n_drafted: int, n_confirmed: int, n_emitted: int) -> bool:
+    """Whether the tokens the target emitted refuted a token of a draft of ``n_drafted`` whose first ``n_confirmed``
+    they confirmed: both go on past the confirmed ones, and the next differ."""
+    return n_confirmed < min(n_drafted, n_emitted)
+
+
 def decided(n_drafted: int, n_confirmed: int, n_emitted: int) -> bool:
     """Whether the tokens the target emitted decide a draft of ``n_drafted`` whose first ``n_confirmed`` they
     confirmed: they refuted one of its tokens, or confirmed them all. A draft they agree with but end before (one
     cut to a shorter verification, or not verified this step) is not decided: told it was accepted only as far as
     the output went, a drafter that learns from its acceptance (ngram-mod's pool reset, ngram-map's draft lengths)
     would take every such draft for a poor one."""
-    return n_confirmed < min(n_drafted, n_emitted) or n_confirmed == n_drafted
+    return refuted(n_drafted, n_confirmed, n_emitted) or n_confirmed == n_drafted
 
 
 def call_seconds(cost: PassCost, segments: list[tuple[int, int]], one_batch: bool) -> float:
@@ -486,9 +492,10 @@ class DrafterRecord:
         if not len(rest):
             return
         confirmed = common_prefix(rest, emitted)
-        heard, refuted = self._unverified_heard, confirmed < min(len(rest), len(emitted))
-        reached = len(self._unverified) if refuted else heard + confirmed   # a refuted token decides all after it
-        self._calibrated(float(self._unverified_expected[heard:reached].sum()), confirmed, decay=heard == 0)
+        start = self._unverified_heard
+        # a refuted token decides all after it
+        reached = len(self._unverified) if refuted(len(rest), confirmed, len(emitted)) else start + confirmed
+        self._calibrated(float(self._unverified_expected[start:reached].sum()), confirmed, decay=start == 0)
         if reached == len(self._unverified):                                  # decided whole
             self._unverified = self._unverified[:0]
         else:
@@ -504,7 +511,7 @@ class DrafterRecord:
     def score(self, draft_tokens: np.ndarray, run: int, support: int, emitted: np.ndarray) -> int:
         """Score a draft against the tokens the target emitted; return how many it got right."""
         confirmed = common_prefix(draft_tokens, emitted)
-        went_wrong = confirmed < min(len(draft_tokens), len(emitted))
+        went_wrong = refuted(len(draft_tokens), confirmed, len(emitted))
         first_right = confirmed > 0
         if not first_right and not self._burst_through_misses:
             self._burst = 0
