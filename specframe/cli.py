@@ -251,7 +251,7 @@ def serve(config):
               help="A built-in workload (code-editing, quoting, code-generation, open-prose) or a prompt file; "
                    "repeatable (default: all built-in ones).")
 @click.option("-r", "--repeat", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Runs per strategy; tokens/s is their median.")
+              help="Rounds, each a run of every strategy, taking turns; speedups are medians over rounds.")
 @click.option("-n", "--max-tokens", type=click.IntRange(min=1), help="Token budget of every workload.")
 @click.option("--json", "json_out", type=_OutputFile(), help="Write the rows as JSON to this file.")
 @click.option("--plot", "plot_out", type=_OutputFile(), help="Draw the speedups into this PNG.")

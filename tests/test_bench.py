@@ -1,5 +1,7 @@
 """The benchmark's parts: workloads and the oracle drafter (the bench command itself is in test_cli.py)."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -121,8 +123,9 @@ def test_the_bench_states_the_table_that_priced_its_modeled_speedups():
 
 
 def test_the_bench_states_how_far_each_strategys_repeats_lay_apart():
-    """Beside a median of noisy runs the table gives their spread: half their range over the median. A chain 0.92x
-    plain where plain's own runs lay ±10% apart is noise, not a loss."""
+    """Beside a median of noisy runs the table gives their spread: half their range over the median (plain's tokens/s;
+    a strategy's speedups, round by round). A chain 0.92x plain where its rounds lay ±10% apart is noise, not a
+    loss."""
     from specframe.bench.presentation import format_table
     from specframe.bench.runner import ORACLE, PLAIN, _rows
     from specframe.drafting.pass_cost import PassCost
@@ -142,5 +145,52 @@ def test_the_bench_states_how_far_each_strategys_repeats_lay_apart():
     assert plain.spread == pytest.approx((12.5 - 8.0) / 2 / 10.0)
     assert oracle.spread is None                                     # one run: no spread to tell
     table = format_table(rows).splitlines()
-    assert table[0].split()[3:5] == ["tok/s", "spread"]
-    assert table[1].split()[3:5] == ["10.00", "±22%"] and table[2].split()[4] == "-"
+    assert table[0].split()[3:6] == ["tok/s", "speedup", "spread"]
+    assert table[1].split()[3:6] == ["10.00", "1.00x", "±22%"] and table[2].split()[5] == "-"
+
+
+def test_a_speedup_is_taken_round_by_round_against_plain_in_the_same_round():
+    """The machine's pace drifts between rounds; a strategy's run set beside plain's of the same round keeps its
+    speedup. Ratios of medians over rounds would mix a fast round's plain with a slow round's chain."""
+    from specframe.bench.runner import CHAIN, ORACLE, PLAIN, _rows
+    from specframe.drafting.pass_cost import PassCost
+    from specframe.results import GenerationResult, RequestStats
+    from specframe.trace import Pass
+
+    def run(seconds: float) -> GenerationResult:
+        return GenerationResult(text="", tokens=[1] * 20, n_prompt_tokens=1, stop_reason="max_tokens",
+                                stats=RequestStats(n_generated=20, n_target_passes=10, generation_seconds=seconds),
+                                passes=[Pass(((0, 1 + i, 1, 1),), 0, 1, 0.1) for i in range(10)])
+
+    paces = [1.0, 1.3, 0.8]                                        # each round's machine, slower or faster
+    runs = {PLAIN: [run(2.0 * p) for p in paces], CHAIN: [run(2.0 / 1.1 * p) for p in paces],   # 1.1x each round
+            ORACLE: [run(1.0 * p) for p in paces]}
+    rows = {r.strategy: r for r in _rows("w", runs, dict.fromkeys(runs, 1.0), {}, PassCost({1: 0.1}))}
+    assert rows[CHAIN].speedup == pytest.approx(1.1) and rows[CHAIN].spread == pytest.approx(0.0)
+    assert rows[ORACLE].speedup == pytest.approx(2.0)
+    assert rows[CHAIN].oracle_fraction == pytest.approx(0.55)
+    assert rows[PLAIN].spread == pytest.approx((10 / 0.8 - 10 / 1.3) / 2 / 10)   # plain's: the machine's drift
+
+
+def test_a_run_advanced_in_slices_counts_none_of_its_waits(write_config, target_path):
+    """The bench's strategies take turns: the seconds a run waits for its turn are not its decoding time, and being
+    paused changes nothing in what it generates."""
+    from specframe.bench.runner import PLAIN, MeasuredRun
+    from specframe.engine import Engine
+
+    config = write_config(f'[target]\nmodel = "{target_path}"\nn_ctx = 512\n[[drafter]]\ntype = "prompt-lookup"\n')
+    with Engine.from_config(config) as engine:
+        prompt = engine.prompt_tokens("the quick brown fox jumps over the lazy dog", raw=True)
+        whole = engine.generate(prompt, speculative=False, max_tokens=24, temperature=0.0)
+        run, waited, ended = MeasuredRun(engine, PLAIN), 0.0, None
+        run.begin(prompt, 24, None)
+        while ended is None:
+            ended = run.advance(0.0)                 # a piece of text at a time
+            if ended is None:
+                time.sleep(0.05)
+                waited += 0.05
+        result, peak = ended
+    assert result.tokens == whole.tokens and peak > 0
+    assert waited >= 0.5                             # it was paused many times
+    # Its own time: a pass right after a pause may take a few ms more (an idle CPU waking), the pauses not at all.
+    assert result.stats.generation_seconds < waited / 2

@@ -1,14 +1,18 @@
 """Benchmark runs: plain decoding, each configured drafter alone, the whole chain and the oracle, greedy, on the
-same target and workloads, repeats interleaved so that drifts of the machine hit all strategies alike."""
+same target and workloads. The strategies' runs of a round advance together, each in turn for a slice of time, so
+that the machine's drifts (a cloud CPU's pace wanders by a tenth for ten seconds and more at a time) hit them alike
+and each run's speed is set beside plain's in the same round."""
 
 from __future__ import annotations
 
 import multiprocessing
+import random
 import resource
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -18,10 +22,11 @@ from specframe.config import Config
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
-from specframe.results import GenerationResult
+from specframe.results import Generation, GenerationResult
 from specframe.testing.lossless import compare
 
 PLAIN, CHAIN, ORACLE = "plain", "chain", "oracle"
+SLICE_SECONDS = 0.5   # a strategy's turn in a round: a few passes, far shorter than the machine's drifts
 
 
 @dataclass
@@ -30,8 +35,9 @@ class BenchRow:
     strategy: str
     tokens: int                          # generated tokens (the first run)
     tokens_per_second: float             # median over repeats
-    spread: float | None                 # half the repeats' range of tokens/s, over their median (None: one run)
-    speedup: float                       # over plain decoding
+    spread: float | None                 # half the range of its speedups over the rounds, over their median; plain's:
+                                         # of its tokens/s (None: one run)
+    speedup: float                       # over plain decoding in the same round (median over rounds)
     modeled_speedup: float               # the same, each run's passes priced by the pass-cost table (no noise)
     oracle_fraction: float | None        # speedup / the oracle's speedup
     acceptance_rate: float | None
@@ -57,7 +63,8 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
     rows and the pass-cost table that priced the modeled speedups.
 
     Each strategy runs in a process of its own, so that the peak memory measured is its own (a draft model's
-    weights, an n-gram pool), while the runs of all strategies still interleave. The processes start one after
+    weights, an n-gram pool). In each round every strategy's run is begun, then the runs advance in turn, a slice of
+    time each, until all have ended: the time a run waits for its turn is not its own. The processes start one after
     another: loads, warm-up passes and the pass-cost calibration of several at once would time each other."""
     names = strategies(config)
     processes: dict[str, StrategyProcess] = {}
@@ -72,17 +79,21 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
             prompt = processes[PLAIN].call("tokenize", workload.prompt)
             runs: dict[str, list[GenerationResult]] = {name: [] for name in names}
             peaks = dict.fromkeys(names, 0.0)
-            reference = None     # the oracle's, settled from plain's first run (oracle.py)
-            for _ in range(repeat):
+            reference = processes[ORACLE].call("settle", prompt, workload.max_tokens)   # oracle.py
+            for round_number in range(repeat):
                 for name in names:
-                    if name == ORACLE and reference is None:
-                        reference = processes[ORACLE].call("settle", prompt, workload.max_tokens,
-                                                           runs[PLAIN][0].tokens)
-                    result, peak = processes[name].call("generate", prompt, workload.max_tokens,
-                                                        reference if name == ORACLE else None)
-                    runs[name].append(result)
-                    peaks[name] = max(peaks[name], peak)
-                    progress(f"{workload.name}: {name}")
+                    processes[name].call("begin", prompt, workload.max_tokens,
+                                         reference if name == ORACLE else None)
+                running = _turns(names, round_number)
+                while running:
+                    for name in list(running):
+                        ended = processes[name].call("advance", SLICE_SECONDS)
+                        if ended is not None:
+                            result, peak = ended
+                            runs[name].append(result)
+                            peaks[name] = max(peaks[name], peak)
+                            running.remove(name)
+                            progress(f"{workload.name}: {name}")
             verdicts = {name: processes[PLAIN].call("compare", runs[PLAIN][0], results[0])
                         for name, results in runs.items() if name != PLAIN}
             rows += _rows(workload.name, runs, peaks, verdicts, cost)
@@ -90,6 +101,14 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
     finally:
         for process in processes.values():
             process.close()
+
+
+def _turns(names: list[str], round_number: int) -> list[str]:
+    """The order the strategies take turns in, shuffled anew each round (reproducibly): whatever a turn owes to the
+    one before it (the previous process's threads winding down) falls on every strategy alike."""
+    order = list(names)
+    random.Random(round_number).shuffle(order)
+    return order
 
 
 class StrategyProcess:
@@ -138,11 +157,13 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
         while conn.recv()[0] != "close":
             conn.send(("error", failure))
         return
+    run = MeasuredRun(engine, strategy)
     handlers: dict[str, Callable[..., Any]] = {
         "ready": lambda: True,
         "tokenize": engine.prompt_tokens,
-        "generate": lambda prompt, max_tokens, reference: _measured(engine, strategy, prompt, max_tokens, reference),
-        "settle": lambda prompt, max_tokens, reference: _settled(engine, prompt, max_tokens, reference),
+        "begin": run.begin,
+        "advance": run.advance,
+        "settle": lambda prompt, max_tokens: _settled(engine, prompt, max_tokens),
         "compare": lambda plain, result: _lossless(plain, result, engine),
         "pass_cost": lambda: ((engine.pass_cost.measured, engine.pass_cost.per_position, engine.pass_cost.depth)
                               if engine.pass_cost is not None else ({}, 0.0, 0)),
@@ -158,45 +179,83 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _settled(engine: Engine, prompt: np.ndarray, max_tokens: int, reference: list[int]) -> list[int]:
-    """The oracle's reference for a workload, settled from plain's reply (oracle.py), in untimed runs."""
+def _settled(engine: Engine, prompt: np.ndarray, max_tokens: int) -> list[int]:
+    """The oracle's reference for a workload, settled from plain greedy decoding's reply (oracle.py), in untimed
+    runs."""
+    reply = np.asarray(engine.generate(prompt, speculative=False, max_tokens=max_tokens, temperature=0.0).tokens)
     return settled_reference(lambda known: np.asarray(engine.generate(
         prompt, chain=oracle_chain(engine, prompt, known), max_tokens=max_tokens, temperature=0.0).tokens),
-        np.asarray(reference, dtype=np.int32)).tolist()
+        reply.astype(np.int32)).tolist()
 
 
-def _measured(engine: Engine, name: str, prompt: np.ndarray, max_tokens: int,
-              reference: list[int] | None) -> tuple[GenerationResult, float]:
-    """One greedy run of a strategy, cold (drafters and their estimates made anew, as in a new process, from
-    what earlier runs' drafts were worth: acceptance_memory.py), and the process's peak memory during it (MiB)."""
-    engine.forget_drafters()
-    _reset_peak_rss()
-    options = dict(max_tokens=max_tokens, temperature=0.0, track_margins=True)   # traced for the lossless check
-    if name == PLAIN:
-        result = engine.generate(prompt, speculative=False, **options)
-    elif name == ORACLE:
-        result = engine.generate(prompt, chain=oracle_chain(engine, prompt, reference), **options)
-    else:
-        result = engine.generate(prompt, drafters=None if name == CHAIN else [name], **options)
-    return result, _peak_rss_mib()
+class MeasuredRun:
+    """A strategy's greedy run, advanced a slice at a time: started cold at its first slice (drafters and their
+    estimates made anew, as in a new process, from what earlier runs' drafts were worth: acceptance_memory.py), its
+    decoding time without the waits between its slices, and the process's peak memory during it (MiB)."""
+
+    def __init__(self, engine: Engine, strategy: str):
+        self.engine, self.strategy = engine, strategy
+        self._request: tuple[np.ndarray, int, list[int] | None] | None = None
+        self._generation: Generation | None = None
+        self._steps: Iterator[str] | None = None
+        self._waited = 0.0                  # seconds between slices, once decoding has begun
+        self._paused_at: float | None = None
+
+    def begin(self, prompt: np.ndarray, max_tokens: int, reference: list[int] | None) -> None:
+        """The run to make: ``reference`` is the oracle's."""
+        self._request, self._generation, self._steps = (prompt, max_tokens, reference), None, None
+
+    def advance(self, seconds: float) -> tuple[GenerationResult, float] | None:
+        """Decode for about ``seconds`` (whole steps); once the run has ended, its result and peak memory."""
+        if self._steps is None:
+            self._start()
+        assert self._steps is not None and self._generation is not None
+        start = time.perf_counter()
+        if self._paused_at is not None:
+            self._waited += start - self._paused_at
+        for _ in self._steps:           # each piece of text comes after a step of decoding
+            if time.perf_counter() - start >= seconds:
+                self._paused_at = time.perf_counter()
+                return None
+        result = self._generation.result
+        assert result is not None
+        result.stats.generation_seconds -= self._waited
+        self._request = self._generation = self._steps = None
+        return result, _peak_rss_mib()
+
+    def _start(self) -> None:
+        assert self._request is not None, "advanced before begin"
+        (prompt, max_tokens, reference), engine, name = self._request, self.engine, self.strategy
+        engine.forget_drafters()
+        _reset_peak_rss()
+        options: dict[str, Any] = dict(max_tokens=max_tokens, temperature=0.0)
+        if name == PLAIN:
+            options.update(speculative=False)
+        elif name == ORACLE:
+            options.update(chain=oracle_chain(engine, prompt, reference))
+        elif name != CHAIN:
+            options.update(drafters=[name])
+        self._generation = engine.stream(prompt, track_margins=True, **options)   # traced for the lossless check
+        self._steps, self._waited, self._paused_at = iter(self._generation), 0.0, None
 
 
 def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[str, float],
           verdicts: dict[str, str], cost: PassCost) -> list[BenchRow]:
     speeds = {name: [r.stats.tokens_per_second for r in results] for name, results in runs.items()}
     speed = {name: statistics.median(each) for name, each in speeds.items()}
+    speedups = {name: [s / p for s, p in zip(each, speeds[PLAIN]) if p] for name, each in speeds.items()}
+    speedup = {name: statistics.median(each) if each else 0.0 for name, each in speedups.items()}
     modeled = {name: statistics.median(_modeled_speed(r, cost) for r in results) for name, results in runs.items()}
-    oracle_speedup = speed[ORACLE] / speed[PLAIN]
     rows = []
     for name, results in runs.items():
         s = results[0].stats
         speculative = name != PLAIN
-        speedup = speed[name] / speed[PLAIN]
         rows.append(BenchRow(
             workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name],
-            spread=_spread(speeds[name], speed[name]),
-            speedup=speedup, modeled_speedup=modeled[name] / modeled[PLAIN],
-            oracle_fraction=speedup / oracle_speedup if speculative else None,
+            spread=(_spread(speedups[name], speedup[name]) if speculative
+                    else _spread(speeds[name], speed[name])),
+            speedup=speedup[name], modeled_speedup=modeled[name] / modeled[PLAIN],
+            oracle_fraction=speedup[name] / speedup[ORACLE] if speculative and speedup[ORACLE] else None,
             acceptance_rate=s.acceptance_rate if speculative else None,
             mean_accepted_length=s.mean_accepted_length if speculative else None,
             passes_per_token=s.n_target_passes / max(1, s.n_generated),
@@ -205,10 +264,10 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
     return rows
 
 
-def _spread(speeds: list[float], middle: float) -> float | None:
-    """How far a strategy's repeats lay apart: half their range over their median, ``middle``. Beside it a speedup
-    tells a difference from the machine's noise (here identical runs of plain decoding differ by up to a fifth)."""
-    return (max(speeds) - min(speeds)) / (2 * middle) if len(speeds) > 1 and middle else None
+def _spread(values: list[float], middle: float) -> float | None:
+    """How far a strategy's rounds lay apart: half the range of ``values`` (its speedups, or plain's tokens/s) over
+    their median, ``middle``. Beside a speedup it tells a difference from the machine's noise."""
+    return (max(values) - min(values)) / (2 * middle) if len(values) > 1 and middle else None
 
 
 def _modeled_speed(result: GenerationResult, cost: PassCost) -> float:
