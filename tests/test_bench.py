@@ -167,6 +167,7 @@ def test_a_speedup_is_taken_round_by_round_against_plain_in_the_same_round():
             ORACLE: [run(1.0 * p) for p in paces]}
     rows = {r.strategy: r for r in _rows("w", runs, dict.fromkeys(runs, 1.0), {}, PassCost({1: 0.1}))}
     assert rows[CHAIN].speedup == pytest.approx(1.1) and rows[CHAIN].spread == pytest.approx(0.0)
+    assert rows[CHAIN].round_tokens_per_second == pytest.approx([11 / p for p in paces])   # as measured, per round
     assert rows[ORACLE].speedup == pytest.approx(2.0)
     assert rows[CHAIN].oracle_fraction == pytest.approx(0.55)
     assert rows[PLAIN].spread == pytest.approx((10 / 0.8 - 10 / 1.3) / 2 / 10)   # plain's: the machine's drift

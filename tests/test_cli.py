@@ -158,7 +158,8 @@ def test_bench_measures_every_strategy_against_plain_and_the_oracle(config, tmp_
         (w, s) for w in ("code-generation", "mine") for s in strategies]
     for row in rows:
         assert row["tokens"] == 24 and row["tokens_per_second"] > 0 and row["peak_rss_mib"] > 0
-        assert 0 <= row["spread"] < 1                      # two runs each: how far apart they lay
+        assert 0 <= row["spread"] < 1                      # two rounds: how far apart they lay
+        assert len(row["round_tokens_per_second"]) == 2 and min(row["round_tokens_per_second"]) > 0
         if row["strategy"] == "plain":
             assert row["speedup"] == 1.0 and row["modeled_speedup"] == 1.0 and row["passes_per_token"] == 1.0
         else:

@@ -35,6 +35,7 @@ class BenchRow:
     strategy: str
     tokens: int                          # generated tokens (the first run)
     tokens_per_second: float             # median over repeats
+    round_tokens_per_second: list[float]  # each round's run, in round order
     spread: float | None                 # half the range of its speedups over the rounds, over their median; plain's:
                                          # of its tokens/s (None: one run)
     speedup: float                       # over plain decoding in the same round (median over rounds)
@@ -252,6 +253,7 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
         speculative = name != PLAIN
         rows.append(BenchRow(
             workload=workload, strategy=name, tokens=s.n_generated, tokens_per_second=speed[name],
+            round_tokens_per_second=speeds[name],
             spread=(_spread(speedups[name], speedup[name]) if speculative
                     else _spread(speeds[name], speed[name])),
             speedup=speedup[name], modeled_speedup=modeled[name] / modeled[PLAIN],
