@@ -12,7 +12,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -183,10 +183,11 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
 def _settled(engine: Engine, prompt: np.ndarray, max_tokens: int) -> list[int]:
     """The oracle's reference for a workload, settled from plain greedy decoding's reply (oracle.py), in untimed
     runs."""
-    reply = np.asarray(engine.generate(prompt, speculative=False, max_tokens=max_tokens, temperature=0.0).tokens)
+    reply = np.asarray(engine.generate(prompt, speculative=False, max_tokens=max_tokens, temperature=0.0).tokens,
+                       dtype=np.int32)
     return settled_reference(lambda known: np.asarray(engine.generate(
         prompt, chain=oracle_chain(engine, prompt, known), max_tokens=max_tokens, temperature=0.0).tokens),
-        reply.astype(np.int32)).tolist()
+        reply).tolist()
 
 
 class MeasuredRun:
@@ -198,30 +199,29 @@ class MeasuredRun:
         self.engine, self.strategy = engine, strategy
         self._request: tuple[np.ndarray, int, list[int] | None] | None = None
         self._generation: Generation | None = None
-        self._steps: Iterator[str] | None = None
         self._waited = 0.0                  # seconds between slices, once decoding has begun
         self._paused_at: float | None = None
 
     def begin(self, prompt: np.ndarray, max_tokens: int, reference: list[int] | None) -> None:
         """The run to make: ``reference`` is the oracle's."""
-        self._request, self._generation, self._steps = (prompt, max_tokens, reference), None, None
+        self._request, self._generation = (prompt, max_tokens, reference), None
 
     def advance(self, seconds: float) -> tuple[GenerationResult, float] | None:
         """Decode for about ``seconds`` (whole steps); once the run has ended, its result and peak memory."""
-        if self._steps is None:
+        if self._generation is None:
             self._start()
-        assert self._steps is not None and self._generation is not None
+        assert self._generation is not None
         start = time.perf_counter()
         if self._paused_at is not None:
             self._waited += start - self._paused_at
-        for _ in self._steps:           # each piece of text comes after a step of decoding
+        for _ in self._generation:      # each piece of text comes after a step of decoding (one generator throughout)
             if time.perf_counter() - start >= seconds:
                 self._paused_at = time.perf_counter()
                 return None
         result = self._generation.result
         assert result is not None
         result.stats.generation_seconds -= self._waited
-        self._request = self._generation = self._steps = None
+        self._request = self._generation = None
         return result, _peak_rss_mib()
 
     def _start(self) -> None:
@@ -237,7 +237,7 @@ class MeasuredRun:
         elif name != CHAIN:
             options.update(drafters=[name])
         self._generation = engine.stream(prompt, track_margins=True, **options)   # traced for the lossless check
-        self._steps, self._waited, self._paused_at = iter(self._generation), 0.0, None
+        self._waited, self._paused_at = 0.0, None
 
 
 def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[str, float],
