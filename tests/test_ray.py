@@ -1,6 +1,7 @@
 """Ray Serve: two replicas of the synthetic model's server behind Ray's HTTP proxy, on a local Ray instance that
 the test starts and stops (skipped when ray is not installed: pip install 'specframe[ray]')."""
 
+import random
 import socket
 import threading
 import time
@@ -20,10 +21,18 @@ PROMPTS = ["the quick brown fox jumps over the lazy dog and the quick brown fox"
            "hello world, hello world, hello"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def port_no_process_is_handed() -> int:
+    """A free port between Ray's worker ports (10002-19999) and the kernel's ephemeral range: a port the kernel
+    hands out (bind to 0) may be taken by one of the processes Ray starts before its proxy binds it."""
+    first_ephemeral = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    for port in random.sample(range(20000, first_ephemeral), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and the ephemeral range")
 
 
 def test_two_replicas_answer_the_openai_api_through_rays_proxy(write_config, target_path, monkeypatch):
@@ -47,7 +56,7 @@ def test_two_replicas_answer_the_openai_api_through_rays_proxy(write_config, tar
         """)
     with Engine.from_config(config) as engine:
         plain = [engine.generate(p, speculative=False, temperature=0.0).text for p in PROMPTS]
-    port = free_port()
+    port = port_no_process_is_handed()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
