@@ -91,11 +91,13 @@ def median_ratio(table: PassCost, to: PassCost) -> float:
                              for n in range(2, 18))
 
 
-def nearer_the_truth(table: PassCost, real: PassCost, poisoned: PassCost) -> bool:
-    """Whether ``table`` is nearer ``real`` than ``poisoned`` is, on the median over sizes (halfway taken on a log
-    scale: the poison is 2x where batches are cheap, but barely 1.2x where a pass over k tokens costs nearly k single
-    ones and the ceiling caps it)."""
-    return median_ratio(table, real) < median_ratio(poisoned, real) ** 0.5
+def nearer_the_truth(table: PassCost, truths: tuple[PassCost, PassCost], poisoned: PassCost) -> bool:
+    """Whether ``table`` is nearer one of ``truths`` (the tables measured before and after it) than ``poisoned`` is,
+    on the median over sizes (halfway taken on a log scale: the poison is 2x where batches are cheap, but barely
+    1.2x where a pass over k tokens costs nearly k single ones and the ceiling caps it). Both truths count: on the
+    EPYC a 16-token pass has cost 7.2 single passes in one calibration and 9.6 minutes later (docs/design.md, "The
+    shape drifts too"), so a healed table can lie 1.4x from the one before it and match the one after."""
+    return any(median_ratio(table, real) < median_ratio(poisoned, real) ** 0.5 for real in truths)
 
 
 def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_config):
@@ -127,16 +129,17 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
     with Engine.from_config(config) as engine:
         result = engine.generate(prompt, max_tokens=200)
         healed = engine.pass_cost
-        assert result.stats.calibration_seconds > 0 and nearer_the_truth(healed, real, poisoned), \
-            (median_ratio(healed, real), median_ratio(poisoned, real), healed.measured)
         stored = engine.pass_cost_store.load()      # the healed table, or none where the CPU was too busy to store it
-        assert stored is None or nearer_the_truth(stored, real, poisoned), \
-            (median_ratio(stored, real), median_ratio(poisoned, real), stored.measured)
         # stored as measured without load, so that the next engine uses it whatever this CPU's load was
         engine.pass_cost_store.path.write_text(PassCost(healed.measured, measured_at=time.time(),
                                                         other_load=0.0).to_json())
     with Engine.from_config(config) as engine:
         clean = engine.generate(prompt, max_tokens=200).stats      # how much pays with that table from the start
+        truths = (real, engine.calibrate(reset=True))
+    assert result.stats.calibration_seconds > 0 and nearer_the_truth(healed, truths, poisoned), \
+        ([median_ratio(healed, t) for t in truths], median_ratio(poisoned, real), healed.measured)
+    assert stored is None or nearer_the_truth(stored, truths, poisoned), \
+        ([median_ratio(stored, t) for t in truths], median_ratio(poisoned, real), stored.measured)
     assert clean.n_accepted > 0 and result.stats.n_accepted >= 0.5 * clean.n_accepted, (clean, result.stats)
 
 
