@@ -95,8 +95,9 @@ def nearer_the_truth(table: PassCost, truths: tuple[PassCost, PassCost], poisone
     """Whether ``table`` is nearer one of ``truths`` (the tables measured before and after it) than ``poisoned`` is,
     on the median over sizes (halfway taken on a log scale: the poison is 2x where batches are cheap, but barely
     1.2x where a pass over k tokens costs nearly k single ones and the ceiling caps it). Both truths count: on the
-    EPYC a 16-token pass has cost 7.2 single passes in one calibration and 9.6 minutes later (docs/design.md, "The
-    shape drifts too"), so a healed table can lie 1.4x from the one before it and match the one after."""
+    EPYC a 16-token pass has cost 7.2 single passes in one calibration and up to 9.6 single passes in the minutes
+    after (docs/design.md, "The shape drifts too"), so a healed table can lie 1.4x from the one before it and match
+    the one after."""
     return any(median_ratio(table, real) < median_ratio(poisoned, real) ** 0.5 for real in truths)
 
 
