@@ -1,6 +1,7 @@
 """Ray Serve: two replicas of the synthetic model's server behind Ray's HTTP proxy, on a local Ray instance that
 the test starts and stops (skipped when ray is not installed: pip install 'specframe[ray]')."""
 
+import pathlib
 import random
 import socket
 import threading
@@ -24,7 +25,7 @@ PROMPTS = ["the quick brown fox jumps over the lazy dog and the quick brown fox"
 def port_no_process_is_handed() -> int:
     """A free port between Ray's worker ports (10002-19999) and the kernel's ephemeral range: a port the kernel
     hands out (bind to 0) may be taken by one of the processes Ray starts before its proxy binds it."""
-    first_ephemeral = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    first_ephemeral = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for port in random.sample(range(20000, first_ephemeral), 200):
         with socket.socket() as s:
             try:
