@@ -2,7 +2,9 @@
 clone)."""
 
 import json
+import logging
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 from specframe.bench.workloads import workload
 from specframe.cli import main
 from specframe.config import load_config
+from specframe.drafting.acceptance_memory import memory_folder
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import ModelError
@@ -101,7 +104,7 @@ def nearer_the_truth(table: PassCost, truths: tuple[PassCost, PassCost], poisone
     return any(median_ratio(table, real) < median_ratio(poisoned, real) ** 0.5 for real in truths)
 
 
-def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_config):
+def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_config, caplog):
     """A stored table that says every pass costs twice what it does, up to 1.5 k single passes for k tokens
     (possible, so it loads, but no draft would pay): the next run verifies a likely draft anyway, sees the pass is
     far cheaper, measures the table again and speculates about as much as a run that had the healed table from its
@@ -110,7 +113,8 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
     first measured one: where few drafts pay, as on a CPU whose batches cost nearly their tokens one by one, how many
     do swings with the noise of a measurement. Healing is judged on the median over sizes: one size measured again
     on a busy CPU can come out half again its quiet cost; and against how far the poison was from the first measured
-    table, which the ceiling can bring near it.)"""
+    table, which the ceiling can bring near it. Both runs start from no acceptance memory, as the poisoned one does:
+    the memory its run leaves made the clean run accept a tenth more on the EPYC.)"""
     config = write_config("""
         [target]
         model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -127,6 +131,7 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
         poisoned = PassCost({n: min(2 * real.seconds(n), 1.5 * n * single) if n > 1 else single
                              for n in range(1, 18)}, measured_at=time.time(), other_load=0.0)
         engine.pass_cost_store.path.write_text(poisoned.to_json())
+    caplog.set_level(logging.INFO, logger="specframe")
     with Engine.from_config(config) as engine:
         result = engine.generate(prompt, max_tokens=200)
         healed = engine.pass_cost
@@ -134,6 +139,8 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
         # stored as measured without load, so that the next engine uses it whatever this CPU's load was
         engine.pass_cost_store.path.write_text(PassCost(healed.measured, measured_at=time.time(),
                                                         other_load=0.0).to_json())
+    healing = [record.getMessage() for record in caplog.records if "pass cost" in record.getMessage()]
+    shutil.rmtree(memory_folder(), ignore_errors=True)
     with Engine.from_config(config) as engine:
         clean = engine.generate(prompt, max_tokens=200).stats      # how much pays with that table from the start
         truths = (real, engine.calibrate(reset=True))
@@ -141,7 +148,9 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
         ([median_ratio(healed, t) for t in truths], median_ratio(poisoned, real), healed.measured)
     assert stored is None or nearer_the_truth(stored, truths, poisoned), \
         ([median_ratio(stored, t) for t in truths], median_ratio(poisoned, real), stored.measured)
-    assert clean.n_accepted > 0 and result.stats.n_accepted >= 0.5 * clean.n_accepted, (clean, result.stats)
+    assert clean.n_accepted > 0 and result.stats.n_accepted >= 0.5 * clean.n_accepted, (
+        f"accepted {result.stats.n_accepted} of {result.stats.n_drafted} in {result.stats.n_target_passes} passes "
+        f"poisoned, {clean.n_accepted} of {clean.n_drafted} in {clean.n_target_passes} clean; healing: {healing}")
 
 
 def test_a_repeated_request_is_drafted_from_what_ngram_mod_remembers_of_the_first(write_config):
