@@ -139,7 +139,7 @@ def test_a_poisoned_pass_cost_table_does_not_keep_speculation_off_on_qwen(write_
         # stored as measured without load, so that the next engine uses it whatever this CPU's load was
         engine.pass_cost_store.path.write_text(PassCost(healed.measured, measured_at=time.time(),
                                                         other_load=0.0).to_json())
-    healing = [record.getMessage() for record in caplog.records if "pass cost" in record.getMessage()]
+    healing = [message for message in caplog.messages if "pass cost" in message]
     shutil.rmtree(memory_folder(), ignore_errors=True)
     with Engine.from_config(config) as engine:
         clean = engine.generate(prompt, max_tokens=200).stats      # how much pays with that table from the start
