@@ -56,7 +56,8 @@ def context_params(settings: ModelSettings, *, n_ctx: int, n_batch: int, n_seq_m
 @dataclass(frozen=True)
 class Segment:
     """Tokens of one sequence in a batch, at positions ``start_pos...``; logits are wanted for the last
-    ``n_logits`` of them (0: none, as for a prompt chunk; all of them to verify a draft)."""
+    ``n_logits`` of them (0: none, as for a prompt chunk; all of them to verify a draft). ``tokens`` holds token
+    ids, or a row of input embeddings per token (a model fed embeddings: specframe.pruned_head)."""
 
     seq: int
     tokens: np.ndarray
@@ -65,14 +66,20 @@ class Segment:
 
 
 class Batch:
-    """A llama_batch whose token, position, sequence and output arrays are numpy views (one sequence per token)."""
+    """A llama_batch whose token, position, sequence and output arrays are numpy views (one sequence per token).
+    With a ``width`` it takes input embeddings of that width instead of token ids (``tokens`` is then
+    (capacity, width) float32)."""
 
-    def __init__(self, model: Model, capacity: int):
+    def __init__(self, model: Model, capacity: int, width: int = 0):
         self._ffi, self._lib = model._ffi, model._lib
         self.capacity = capacity
-        self._batch = self._lib.llama_batch_init(capacity, 0, 1)
+        self._batch = self._lib.llama_batch_init(capacity, width, 1)
         b, ffi = self._batch, self._ffi
-        self.tokens = np.frombuffer(ffi.buffer(b.token, 4 * capacity), dtype=np.int32)
+        if width:
+            self.tokens = np.frombuffer(ffi.buffer(b.embd, 4 * capacity * width), dtype=np.float32)
+            self.tokens = self.tokens.reshape(capacity, width)
+        else:
+            self.tokens = np.frombuffer(ffi.buffer(b.token, 4 * capacity), dtype=np.int32)
         self.positions = np.frombuffer(ffi.buffer(b.pos, 4 * capacity), dtype=np.int32)
         self.outputs = np.frombuffer(ffi.buffer(b.logits, capacity), dtype=np.int8)
         np.frombuffer(ffi.buffer(b.n_seq_id, 4 * capacity), dtype=np.int32)[:] = 1
@@ -154,6 +161,7 @@ class Context(Handle):
         self.n_threads_batch: int = self._lib.llama_n_threads_batch(handle)
         self.n_vocab: int = model.vocab.n_tokens
         self._batch = Batch(model, self.n_batch)
+        self._embedding_batch: Batch | None = None    # made on the first decode of input embeddings
         self._device_samplers: dict[int, object] = {}   # sequence -> its greedy sampler chain in the graph
         model._register_context(self)
         raise_pending_interrupt()
@@ -161,8 +169,9 @@ class Context(Handle):
     def decode(self, tokens, start_pos: int, *, all_logits: bool = False, seq: int = 0) -> np.ndarray:
         """Evaluate ``tokens`` of sequence ``seq`` at positions ``start_pos...``; return float32 logits of shape
         (n_out, n_vocab): one row per token when ``all_logits``, else the last token's row only. Longer inputs
-        than the batch size are split (then only the last token's logits can be had)."""
-        tokens = np.asarray(tokens, dtype=np.int32)
+        than the batch size are split (then only the last token's logits can be had). ``tokens``: token ids, or a
+        (n, n_embd) array of input embeddings."""
+        tokens = np.asarray(tokens, dtype=np.float32 if np.ndim(tokens) == 2 else np.int32)
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
@@ -202,17 +211,21 @@ class Context(Handle):
         n = sum(len(s.tokens) for s in segments)
         if n > self.n_batch:
             raise ValueError(f"a batch holds at most n_batch={self.n_batch} tokens, got {n}")
+        embedded = segments[0].tokens.ndim == 2
         for s in segments:
             if len(s.tokens) == 0:
                 raise ValueError("decode needs at least one token")
-            if int(s.tokens.min()) < 0 or int(s.tokens.max()) >= self.n_vocab:
+            if (s.tokens.ndim == 2) != embedded:
+                raise ValueError("a batch holds either token ids or input embeddings, not both")
+            if not embedded and (int(s.tokens.min()) < 0 or int(s.tokens.max()) >= self.n_vocab):
                 raise ValueError(f"token ids must lie in [0, {self.n_vocab})")
             if not 0 <= s.seq < self.n_seq_max:
                 raise ValueError(f"sequence {s.seq} is not in [0, {self.n_seq_max})")
             self._check_room(s.start_pos, len(s.tokens))
         handle = self.handle
-        self._batch.fill(segments)
-        status = self._lib.llama_decode(handle, self._batch.struct)
+        batch = self._batch_of_embeddings(segments[0].tokens.shape[1]) if embedded else self._batch
+        batch.fill(segments)
+        status = self._lib.llama_decode(handle, batch.struct)
         raise_pending_interrupt()
         if status == 1:
             raise ContextFullError(f"no room in the KV memory for {n} more tokens (n_ctx={self.n_ctx})")
@@ -233,6 +246,14 @@ class Context(Handle):
                 outputs.append(rows[row:row + s.n_logits])
             row += s.n_logits
         return outputs
+
+    def _batch_of_embeddings(self, width: int) -> Batch:
+        if self._embedding_batch is None:
+            self._embedding_batch = Batch(self.model, self.n_batch, width)
+        if self._embedding_batch.tokens.shape[1] != width:
+            raise ValueError(f"input embeddings of {self.model.path} are {self._embedding_batch.tokens.shape[1]} "
+                             f"wide, got {width}")
+        return self._embedding_batch
 
     def _check_room(self, start_pos: int, n: int) -> None:
         if start_pos < 0 or start_pos + n > self.n_ctx:
@@ -257,6 +278,8 @@ class Context(Handle):
 
     def _free(self, handle) -> None:
         self._batch.close()
+        if self._embedding_batch is not None:
+            self._embedding_batch.close()
         self._lib.llama_free(handle)
         for chain in self._device_samplers.values():    # the context used them to its end
             self._lib.llama_sampler_free(chain)
