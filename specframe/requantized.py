@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import pathlib
+from typing import Callable
 
 from specframe.files import atomic_write, locked
 from specframe.paths import cache_dir, models_dir
@@ -25,20 +26,29 @@ def requantized(source: pathlib.Path, quant_type: str, threads: int = 0) -> path
     """``source`` re-quantized into ``quant_type`` (see specframe.llama.quantize.QUANT_TYPES), made on first use."""
     from specframe.llama.quantize import RECIPE, quantize
 
-    copies = f"{source.stem}.{source_hash(source)[:16]}.{quant_type}."     # the name of every recipe's copy starts so
-    destination = _folder(source) / f"{copies}r{RECIPE}.gguf"
+    return derived(source, quant_type, RECIPE, lambda partial, _: quantize(source, partial, quant_type, threads))
+
+
+def derived(source: pathlib.Path, kind: str, recipe: int,
+            make: Callable[[pathlib.Path, pathlib.Path], object]) -> pathlib.Path:
+    """The model ``make(partial, destination)`` derives from ``source`` (writing ``partial``), made once and cached
+    by the source's hash, ``kind`` and ``recipe``: it is written to a partial file and renamed, so a kill leaves no
+    half-written model. Files beside it named after its stem (a table ``make`` writes there before the model) are
+    the model's; an earlier recipe's model and files are removed."""
+    copies = f"{source.stem}.{source_hash(source)[:16]}.{kind}."     # the name of every recipe's copy starts so
+    destination = _folder(source) / f"{copies}r{recipe}.gguf"
     if destination.is_file():
         return destination
     with locked(destination):
         if not destination.is_file():                    # another process may have made it meanwhile
             partial = destination.with_name(f".{destination.name}.{os.getpid()}.partial")
             try:
-                quantize(source, partial, quant_type, threads)
+                make(partial, destination)
                 os.replace(partial, destination)
             finally:
                 partial.unlink(missing_ok=True)
-            for earlier in destination.parent.glob(f"{copies}*gguf"):   # an earlier recipe's copy is never read again
-                if earlier != destination:
+            for earlier in destination.parent.glob(f"{copies}*"):   # an earlier recipe's copy is never read again
+                if not earlier.name.startswith(f"{destination.stem}.") and earlier.suffix in (".gguf", ".npy"):
                     earlier.unlink(missing_ok=True)
     return destination
 
