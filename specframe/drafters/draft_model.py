@@ -12,6 +12,11 @@ shorter than ``n_min`` are dropped. When the engine accepts by rejection samplin
 settings), the draft samples its tokens with the target's settings instead (logit bias, penalties over the same
 history, top-k / top-p / min-p, temperature) and returns their distributions.
 
+``head = N`` drafts with a copy of the model whose output layer holds only the vocabulary's first N tokens
+(specframe/pruned_head.py): a small model reads its output matrix for every token it drafts, and cut it drafts
+faster. The copy is fed input embeddings, drafts token ids for a target of the same vocabulary only, and its p_min
+is tested over the tokens it can draft.
+
 Vocabularies: llama.cpp's compatibility check decides. A compatible draft drafts token ids directly; any other
 drafts through text (drafting/token_mapping.py), with the ``replace`` table turning target text into the draft's
 dialect.
@@ -29,13 +34,14 @@ import numpy as np
 
 from specframe.drafting import NO_DRAFT, Draft, Drafter, DrafterEnv
 from specframe.drafting.token_mapping import TokenMapping
-from specframe.errors import ModelError
+from specframe.errors import ModelError, ParamError
 from specframe.hookspecs import hookimpl
-from specframe.llama import Context, Model
+from specframe.llama import Context, Model, Vocab
 from specframe.llama.quantize import QUANT_TYPES
 from specframe.model_settings import ModelSettings
 from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, param
 from specframe.prefix import common_prefix
+from specframe.pruned_head import InputEmbeddings, inputs_table, pruned_head
 from specframe.requantized import requantized
 from specframe.sampling import SamplingParams, TokenSampler
 
@@ -59,6 +65,10 @@ class DraftModelParams(ModelSettings):
     quantize: str = param("none", choices=("none", *QUANT_TYPES),
                           help="re-quantize the draft into this type first (made once, cached): on x86 CPUs q4_0 "
                                "and iq4_nl run fastest; the output stays the target's")
+    head: int = param(0, min=0, max=INT32_MAX,
+                      help="draft with a copy whose output layer holds only the vocabulary's first N tokens (made "
+                           "once, cached; 0: the whole vocabulary): faster drafting, tokens past N never drafted. "
+                           "Needs the target's vocabulary")
 
 
 class _DraftModel:
@@ -69,15 +79,24 @@ class _DraftModel:
 
     def __init__(self, params: DraftModelParams, env: DrafterEnv, n_slots: int):
         self.params, self.env, self.n_slots = params, env, n_slots
+        if params.head and params.token_mapping == "always":
+            raise ParamError("head", "a cut output layer drafts the target's token ids; token_mapping = \"always\" "
+                                     "drafts through text (expected head = 0, or token_mapping = \"auto\")")
         self.path = env.resolve_model(params.model)
         if params.quantize != "none":
             self.path = requantized(self.path, params.quantize)
         self.settings = dataclasses.replace(params, threads=params.threads or env.n_threads)   # 0: the target's
         Model.check(self.path, self.settings)
+        self.source = self.path        # the model whose vocabulary it drafts in
+        self.inputs: InputEmbeddings | None = None    # a cut copy's input embeddings
+        if params.head:
+            self.path = pruned_head(self.path, params.head)
         self.model: Model | None = None
         self.context: Context | None = None
         self.mapped = params.token_mapping == "always"
         self._notes = [f"re-quantized to {params.quantize}"] if params.quantize != "none" else []
+        if params.head:
+            self._notes.append(f"output cut to the first {params.head} tokens")
         if params.token_mapping == "never":
             self.load()
 
@@ -86,8 +105,11 @@ class _DraftModel:
         if self.model is not None and self.context is not None:
             return self.model, self.context
         params, env = self.params, self.env
+        if params.head:
+            self._check_cut_vocabulary()
+            self.inputs = InputEmbeddings(inputs_table(self.path))
         model = Model(self.path, self.settings)
-        reason = env.target.vocab.incompatibility(model.vocab)
+        reason = None if params.head else env.target.vocab.incompatibility(model.vocab)
         if reason and params.token_mapping == "never":
             model.close()
             raise ModelError(f"draft model {self.path.name} cannot draft token ids for target {env.target.path}: "
@@ -103,6 +125,24 @@ class _DraftModel:
             raise
         self.model = model
         return model, self.context
+
+    def _check_cut_vocabulary(self) -> None:
+        """A cut copy has no tokenizer: its source's must be the target's."""
+        source = Model(self.source, self.settings, vocab_only=True)
+        try:
+            reason = self.env.target.vocab.incompatibility(source.vocab)
+        finally:
+            source.close()
+        if reason:
+            raise ModelError(f"draft model {self.source.name} cannot draft with a cut output layer (head = "
+                             f"{self.params.head}) for target {self.env.target.path}: {reason}; set head = 0 to "
+                             "draft through text")
+
+    @property
+    def vocab(self) -> Vocab:
+        """The vocabulary its drafts are in (once loaded): a cut copy's is the target's."""
+        model, _ = self.load()
+        return self.env.target.vocab if self.inputs is not None else model.vocab
 
     @property
     def note(self) -> str | None:
@@ -130,6 +170,7 @@ class DraftModelDrafter(Drafter):
         self.model: Model
         self.context: Context
         self.mapping: TokenMapping | None = None
+        self._whole = np.empty(0, dtype=np.float32)   # a cut copy's logits over the whole vocabulary (prepare)
         self._n_target_vocab = env.n_vocab
         self._kv = np.empty(0, dtype=np.int32)   # the tokens held in the draft's KV memory
         self._n_kv = 0
@@ -150,6 +191,8 @@ class DraftModelDrafter(Drafter):
         if self._shared.mapped:
             self.mapping = TokenMapping(self.env.target.vocab, self.model.vocab, self.params.replace)
         self._kv = np.empty(self.context.n_ctx, dtype=np.int32)
+        if self._shared.inputs is not None:       # a cut copy's logits, sampled over the whole vocabulary
+            self._whole = np.full(self._n_target_vocab, -np.inf, dtype=np.float32)
         self._ready = True
 
     def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
@@ -203,6 +246,9 @@ class DraftModelDrafter(Drafter):
         ended = False
         while len(tokens) < n:
             logits = logits[:self._n_target_vocab]        # a draft vocabulary may be a little larger
+            if sampler is not None and len(logits) < self._n_target_vocab:   # a cut one: the rest are never drawn
+                self._whole[:len(logits)] = logits
+                logits = self._whole
             if sampler is not None:
                 ids, p = sampler.candidates(sampler.adjusted(logits, history, tokens))
                 top = float(p[0])
@@ -215,12 +261,12 @@ class DraftModelDrafter(Drafter):
             if probs is not None:
                 probs[len(tokens), ids] = p
             tokens.append(token)
-            if self.model.vocab.is_eog(token):
+            if self._shared.vocab.is_eog(token):
                 ended = True
                 break
             if len(tokens) < n:
                 position_of_token = position + len(tokens) - 1
-                logits = self.context.decode([token], position_of_token, seq=self.seq)[0]
+                logits = self._decode(np.array([token], dtype=np.int32), position_of_token)[0]
                 self._kv[position_of_token] = token
                 self._n_kv = position_of_token + 1
         return tokens, (probs[:len(tokens)] if probs is not None else None), ended
@@ -234,10 +280,15 @@ class DraftModelDrafter(Drafter):
         common = min(common, length - 1)     # the last token is always evaluated: its logits start the draft
         if common < self._n_kv:
             self.context.truncate(common, self.seq)
-        logits = self.context.decode(tokens[common:], common, seq=self.seq)[-1]
+        logits = self._decode(tokens[common:], common)[-1]
         self._kv[common:length] = tokens[common:]
         self._n_kv = self._n_synced = length
         return logits
+
+    def _decode(self, tokens: np.ndarray, position: int) -> np.ndarray:
+        """Evaluate ``tokens`` from ``position`` on: a cut copy is fed their input embeddings."""
+        inputs = self._shared.inputs
+        return self.context.decode(inputs(tokens) if inputs is not None else tokens, position, seq=self.seq)
 
     def close(self) -> None:
         self._shared.close()      # closing twice (another slot's drafter did) does nothing
