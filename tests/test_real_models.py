@@ -80,7 +80,8 @@ def test_qwen_answers_the_example_prompt_from_the_cli():
     assert "def " in data["text"] and "prime" in data["text"].lower()
     drafters = data["stats"]["drafters"]
     assert set(drafters) == {"copy-cursor", "ngram-simple", "ngram-mod", "draft-model"}
-    assert drafters["draft-model"]["note"] == "re-quantized to q4_0" and drafters["draft-model"]["calls"] >= 1
+    assert drafters["draft-model"]["note"] == "re-quantized to q4_0; output cut to the first 32768 tokens"
+    assert drafters["draft-model"]["calls"] >= 1
     assert all(d["calls"] > 10 for name, d in drafters.items() if name != "draft-model")   # asked every step
 
 
