@@ -337,7 +337,9 @@ def comparisons(groups: list[str], ours: Ours, cpp: LlamaCpp, lcp: LlamaCppPytho
             f"specframe with `config.example.toml` as shipped (its drafters and settings; this run's threads and "
             f"n_ctx {N_CTX}) vs the fastest of llama.cpp's native speculative runs of the same workload in this "
             f"report (`llama-speculative-simple` with each `--spec-type`, `llama-lookup`: the draft-model and "
-            f"ngram comparisons, which must be run too).",
+            f"ngram comparisons, which must be run too). A native type none of whose drafts was accepted decoded "
+            f"plainly; where no type's was (the acceptance column empty or 0%), the fastest is the fastest draw from "
+            f"the spread of several plain runs, against one median of ours.",
             [("specframe default config", ours.example("specframe default config"))],
             [("specframe default config", BEST_NATIVE)]))
     if "prompt-lookup" in groups:
