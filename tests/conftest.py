@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from specframe.llama import Model
 from specframe.testing.synthetic import write_synthetic_model
 
 
@@ -96,6 +97,13 @@ def models_dir(tmp_path_factory) -> pathlib.Path:
 def target_path(models_dir) -> pathlib.Path:
     """A float32 llama model with random weights (same tokenizer as ``draft_path``)."""
     return pathlib.Path(write_synthetic_model(models_dir / "target.gguf", seed=0))
+
+
+@pytest.fixture(scope="module")
+def target_model(target_path):
+    """``target_path`` loaded: the target a drafter made outside an engine drafts for."""
+    with Model(target_path) as model:
+        yield model
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from specframe.drafters.draft_model import DraftModelDrafter, DraftModelParams
 from specframe.drafters.ngram_simple import NgramSimpleDrafter, NgramSimpleParams
 from specframe.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupParams
 from specframe.drafting import DrafterEnv
-from specframe.llama import Model
 
 
 def h(*tokens):
@@ -213,12 +212,6 @@ def test_drafters_restart_cleanly_when_a_new_request_skips_begin():
 
 
 # --- draft-model -------------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def target_model(target_path):
-    with Model(target_path) as model:
-        yield model
-
 
 def draft_model(target_model, draft_path, **params):
     env = DrafterEnv(target=target_model, n_ctx=512, n_threads=2, n_gpu_layers=0)

@@ -3,9 +3,8 @@ embeddings; drafts within them; made once and cached; the output stays the targe
 
 import numpy as np
 import pytest
+from test_drafters import draft_model
 
-from specframe.drafters.draft_model import DraftModelDrafter, DraftModelParams
-from specframe.drafting import DrafterEnv
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
 from specframe.llama import Context, Model
@@ -13,17 +12,6 @@ from specframe.pruned_head import InputEmbeddings, inputs_table, pruned_head
 from specframe.testing.lossless import compare
 
 HEAD = 450     # of the synthetic vocabulary's 548 tokens: common text tokenizes past it too
-
-
-@pytest.fixture(scope="module")
-def target_model(target_path):
-    with Model(target_path) as model:
-        yield model
-
-
-def draft_model(target_model, path, **params) -> DraftModelDrafter:
-    env = DrafterEnv(target=target_model, n_ctx=512, n_threads=2, n_gpu_layers=0)
-    return DraftModelDrafter(DraftModelParams(model=str(path), **params), env)
 
 
 def test_a_cut_model_fed_input_embeddings_gives_its_sources_logits_for_the_kept_tokens(draft_path):
