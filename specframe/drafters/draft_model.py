@@ -139,12 +139,6 @@ class _DraftModel:
                              "draft through text")
 
     @property
-    def vocab(self) -> Vocab:
-        """The vocabulary its drafts are in (once loaded): a cut copy's is the target's."""
-        model, _ = self.load()
-        return self.env.target.vocab if self.inputs is not None else model.vocab
-
-    @property
     def note(self) -> str | None:
         return "; ".join(self._notes) or None
 
@@ -169,6 +163,7 @@ class DraftModelDrafter(Drafter):
         self._ready = False   # prepared: the model and context below are set
         self.model: Model
         self.context: Context
+        self._vocab: Vocab     # the vocabulary its drafts are in (prepare): a cut copy has none of its own
         self.mapping: TokenMapping | None = None
         self._whole = np.empty(0, dtype=np.float32)   # a cut copy's logits over the whole vocabulary (prepare)
         self._n_target_vocab = env.n_vocab
@@ -188,6 +183,7 @@ class DraftModelDrafter(Drafter):
         if self._ready:
             return
         self.model, self.context = self._shared.load()
+        self._vocab = self.env.target.vocab if self._shared.inputs is not None else self.model.vocab
         if self._shared.mapped:
             self.mapping = TokenMapping(self.env.target.vocab, self.model.vocab, self.params.replace)
         self._kv = np.empty(self.context.n_ctx, dtype=np.int32)
@@ -261,7 +257,7 @@ class DraftModelDrafter(Drafter):
             if probs is not None:
                 probs[len(tokens), ids] = p
             tokens.append(token)
-            if self._shared.vocab.is_eog(token):
+            if self._vocab.is_eog(token):
                 ended = True
                 break
             if len(tokens) < n:
