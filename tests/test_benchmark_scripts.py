@@ -223,3 +223,37 @@ def test_the_best_draft_ceiling_verifies_the_draft_with_the_most_right_tokens(re
     assert 1.0 < three < oracle
     stats = [entry.stats for entry in partly.entries]
     assert all(s.accepted_tokens <= s.drafted_tokens for s in stats)     # told what the passes confirmed of its drafts
+
+
+def test_llama_cpps_best_native_type_is_chosen_on_other_repeats_than_it_is_timed_by(peers):
+    """Seven runs that decode alike differ by the luck of the draw: the type fastest over the same repeats reads
+    high. The best native type is chosen, at each repeat, by the other repeats' runs."""
+    def run(comparison, label, repeat, speed):
+        return {"comparison": comparison, "workload": "w", "repeat": repeat, "label": label,
+                "tokens_per_second": speed, "n_generated": 100, "n_prompt": 10, "acceptance": None}
+
+    records = [run("default config", "specframe default config", 0, 30.0),
+               run("default config", "specframe default config", 1, 30.0),
+               run("plain decoding", "llama-completion", 0, 30.0), run("plain decoding", "llama-completion", 1, 30.0),
+               # ngram-simple is lucky at repeat 0, ngram-mod at repeat 1: each is chosen for the other repeat
+               run("ngram-simple", "llama-speculative-simple", 0, 36.0),
+               run("ngram-simple", "llama-speculative-simple", 1, 29.0),
+               run("ngram-mod", "llama-speculative-simple", 0, 30.0),
+               run("ngram-mod", "llama-speculative-simple", 1, 34.0),
+               run("ngram-cache", "llama-lookup", 0, 20.0), run("ngram-cache", "llama-lookup", 1, 20.0)]
+    plan = [peers.Comparison("default", "default config", "", [],
+                             [("specframe default config", peers.BEST_NATIVE),
+                              ("specframe default config", peers.FASTEST_NATIVE)])]
+    prompt = peers.Prompt("w", [1, 2], "ab", 100)
+    best, fastest = peers.summarize(plan, [prompt], records)
+
+    assert fastest["peer"] == f"{peers.FASTEST_NATIVE}: llama-speculative-simple ngram-simple"
+    assert fastest["peer_tokens_per_second"] == pytest.approx(32.5) and fastest["ratio"] == pytest.approx(30 / 32.5)
+    assert best["peer"] == (f"{peers.BEST_NATIVE}: llama-speculative-simple ngram-mod (repeat 1), "
+                            "llama-speculative-simple ngram-simple (repeat 2)")
+    assert best["peer_tokens_per_second"] == pytest.approx((30.0 + 29.0) / 2)
+    assert best["ratio"] == pytest.approx(30 / 29.5) and best["peer_speedup"] == pytest.approx(29.5 / 30)
+
+    one_repeat = [r for r in records if r["repeat"] == 0]     # nothing held out: the fastest
+    best, fastest = peers.summarize(plan, [prompt], one_repeat)
+    assert best["peer_tokens_per_second"] == fastest["peer_tokens_per_second"] == 36.0
