@@ -43,6 +43,24 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     _remove_orphans(path)
 
 
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[pathlib.Path]:
+    """A temporary path beside ``path`` for a writer that creates the file itself (a library given a file name):
+    once the block ends, the file is flushed to disk and renamed over ``path``; if the block raises, it is removed.
+    Callers that may race for the same ``path`` hold ``locked(path)``: the temporary name is this process's."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}{_TEMPORARY_SUFFIX}")
+    try:
+        yield temporary
+        with open(temporary, "rb") as written:
+            os.fsync(written.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    _remove_orphans(path)
+
+
 def _remove_orphans(path: pathlib.Path) -> None:
     """Temporary files of ``path`` left by a killed writer: any but a live writer's (those are younger than a
     minute)."""

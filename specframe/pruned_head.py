@@ -14,12 +14,12 @@ tokenizer of its own (llama.cpp's type "none"): it drafts token ids for a target
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import numpy as np
 
 from specframe.errors import ModelError, ParamError
+from specframe.files import atomic_output
 from specframe.requantized import derived
 
 RECIPE = 1      # bumped whenever the cut model or its inputs table change: earlier copies are made again
@@ -79,17 +79,12 @@ def _write(source: pathlib.Path, partial: pathlib.Path, destination: pathlib.Pat
         raise ParamError("head", f"expected fewer than the {n_vocab} tokens of {source.name}'s vocabulary (0: the "
                                  f"whole vocabulary), got {n_head}")
     rows = embedding.data.view(np.uint8).reshape(n_vocab, -1)
-    table_path = inputs_table(destination)
-    table_partial = table_path.with_name(f".{table_path.name}.{os.getpid()}.partial")
-    try:
+    with atomic_output(inputs_table(destination)) as table_partial:
         table = np.lib.format.open_memmap(table_partial, mode="w+", shape=(n_vocab,),
                                           dtype=[(embedding.tensor_type.name, np.uint8, (rows.shape[1],))])
         table[embedding.tensor_type.name] = rows
         table.flush()
         del table
-        os.replace(table_partial, table_path)
-    finally:
-        table_partial.unlink(missing_ok=True)
     arch = str(_field(reader, "general.architecture", ""))
     writer = gguf.GGUFWriter(partial, arch)
     for name, field in reader.fields.items():

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 from typing import Callable
 
-from specframe.files import atomic_write, locked
+from specframe.files import atomic_output, atomic_write, locked
 from specframe.paths import cache_dir, models_dir
 
 
@@ -41,12 +40,8 @@ def derived(source: pathlib.Path, kind: str, recipe: int,
         return destination
     with locked(destination):
         if not destination.is_file():                    # another process may have made it meanwhile
-            partial = destination.with_name(f".{destination.name}.{os.getpid()}.partial")
-            try:
+            with atomic_output(destination) as partial:
                 make(partial, destination)
-                os.replace(partial, destination)
-            finally:
-                partial.unlink(missing_ok=True)
             for earlier in destination.parent.glob(f"{copies}*"):   # an earlier recipe's copy is never read again
                 if not earlier.name.startswith(f"{destination.stem}.") and earlier.suffix in (".gguf", ".npy"):
                     earlier.unlink(missing_ok=True)

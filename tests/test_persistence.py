@@ -12,6 +12,7 @@ from specframe.cli import main
 from specframe.config import load_config
 from specframe.engine import Engine
 from specframe.errors import ConfigError
+from specframe.files import atomic_output
 from specframe.ngram_counts import COUNT_MAX, NgramCache
 
 PROMPTS = ["one two three one two three one two", "alpha beta gamma alpha beta gamma alpha"]
@@ -84,6 +85,25 @@ def test_processes_adding_to_one_file_at_once_lose_nothing_and_leave_no_temporar
     saved = NgramCache.load(path)
     assert {key: part for key, part in saved.table.items()} == {(10 * i,): {10 * i + 1: 25} for i in range(3)}
     assert sorted(os.listdir(tmp_path)) == ["shared.ngc", "shared.ngc.lock"]
+
+
+def test_a_file_a_library_writes_replaces_the_old_one_whole_or_not_at_all(tmp_path):
+    """atomic_output: the writer is given a temporary path; the old file stays until the block ends, a writer that
+    raises leaves it untouched, and a killed writer's temporary file is removed by the next write once stale."""
+    target = tmp_path / "model.gguf"
+    target.write_bytes(b"old")
+    orphan = tmp_path / ".model.gguf.999999.partial"      # a writer killed long ago
+    orphan.write_bytes(b"half")
+    os.utime(orphan, (0, 0))
+    with pytest.raises(RuntimeError), atomic_output(target) as temporary:
+        temporary.write_bytes(b"half of the new")
+        raise RuntimeError("the writer failed")
+    assert target.read_bytes() == b"old" and not temporary.exists() and orphan.exists()
+    with atomic_output(target) as temporary:
+        temporary.write_bytes(b"new")
+        assert target.read_bytes() == b"old"
+    assert target.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
 
 
 def test_counts_saturate_at_the_int32_limit_in_memory_merges_and_files(tmp_path):
