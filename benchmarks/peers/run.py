@@ -486,9 +486,10 @@ def summarize(plan: list[Comparison], prompts: list[Prompt], records: list[dict]
                 continue
             name, label = chosen
             sample += [r for r in runs(label, workload, name) if r["repeat"] == repeat]
-            names.append(f"{label} {name}")
-        shown = names[0] if len(set(names)) == 1 else ", ".join(f"{n} (repeat {i + 1})" for i, n in enumerate(names))
-        return shown or "none measured", sample
+            names.append((repeat, f"{label} {name}"))
+        if len({n for _, n in names}) == 1:
+            return names[0][1], sample
+        return ", ".join(f"{n} (repeat {repeat + 1})" for repeat, n in names) or "none measured", sample
 
     rows = []
     for comparison in plan:
@@ -498,9 +499,8 @@ def summarize(plan: list[Comparison], prompts: list[Prompt], records: list[dict]
                        "ours": ours_label, "peer": peer_label}
                 for side, label in (("ours", ours_label), ("peer", peer_label)):
                     if label in (BEST_NATIVE, FASTEST_NATIVE):
-                        row["peer"] = f"{label}: "
-                        label, sample = native(label, prompt.workload)
-                        row["peer"] += label
+                        shown, sample = native(label, prompt.workload)
+                        row["peer"], label = f"{label}: {shown}", shown
                     else:
                         sample = runs(label, prompt.workload, comparison.name)
                     speed = _median(r["tokens_per_second"] for r in sample)
