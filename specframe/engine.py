@@ -26,7 +26,7 @@ from specframe.drafting import NO_DRAFT, Drafter, DrafterChain, DrafterEnv
 from specframe.drafting.configured import ConfiguredDrafters
 from specframe.drafting.gain import PassShare, cheapest_calls
 from specframe.drafting.pass_cost import PassCost, PassCostStore
-from specframe.errors import ConfigError, ParamError, SpecframeError
+from specframe.errors import ConfigError, ModelError, ParamError, SpecframeError
 from specframe.llama import Context, ContextFullError, Model, Segment, choose_tiled_matmul
 from specframe.models import resolve_model
 from specframe.overrides import Layer
@@ -59,6 +59,8 @@ class Engine:
             self.context = Context(self.model, n_ctx=t.n_ctx, n_batch=t.n_batch, n_seq_max=slots)
         except ParamError as exc:   # a setting this build cannot honour (a GPU it does not have)
             raise ConfigError(config.where().at(f"target.{exc.key}", exc.problem)) from None
+        except ModelError as exc:   # found but not fetched, or a file llama.cpp refuses: the setting that named it
+            raise ConfigError(config.where().at("target.model", str(exc))) from None
         self.n_threads = self.context.n_threads
         self.vocab = self.model.vocab
         try:

@@ -203,7 +203,7 @@ def _with_model(config_with, model: str) -> str:
     return path
 
 
-def test_a_model_llama_cpp_cannot_load_is_one_line_without_its_log(config_with, tmp_path):
+def test_a_model_llama_cpp_cannot_load_is_one_line_naming_the_setting_without_its_log(config_with, tmp_path):
     import subprocess
     import sys
 
@@ -213,7 +213,7 @@ def test_a_model_llama_cpp_cannot_load_is_one_line_without_its_log(config_with, 
     command = [sys.executable, "-m", "specframe.cli", "run", "--config", config, "-p", "hi"]
     quiet = subprocess.run(command, capture_output=True, text=True)
     assert quiet.returncode == 1 and quiet.stderr.count("\n") == 1, quiet.stderr     # a real process's stderr
-    assert quiet.stderr.startswith("Error: llama.cpp could not load") and "broken.gguf" in quiet.stderr
+    assert quiet.stderr.startswith(f"Error: {config}: target.model: llama.cpp could not load {broken}: not a GGUF")
     verbose = subprocess.run(command[:3] + ["-v"] + command[3:], capture_output=True, text=True)
     assert "failed to load model" in verbose.stderr                                   # llama.cpp's reason, on -v
 
