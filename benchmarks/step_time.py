@@ -53,10 +53,13 @@ class StepTime:
 
 class DecodeTimer:
     """Counts and times the engine's target passes (its calls to llama_decode), and keeps each single-sequence
-    pass's size, depth and seconds beside what the pass-cost table in use prices it at."""
+    pass's size, depth and seconds beside what the pass-cost table in use prices it at, while ``recording``: a
+    request's steps, not its prompt nor the calibration that may come first (its passes priced by a table not yet
+    measured read as taking a twentieth of their price)."""
 
     def __init__(self, engine: Engine):
         self.seconds, self.passes = 0.0, 0
+        self.recording = False
         self.priced: list[tuple[int, float, float]] = []   # (tokens, seconds taken, seconds the table says)
         context = engine.context
         decode = context.decode_batch
@@ -70,7 +73,7 @@ class DecodeTimer:
                 self.seconds += seconds
                 self.passes += 1
                 cost = engine.calibration.cost
-                if cost is not None and len(segments) == 1 and segments[0].n_logits:
+                if self.recording and cost is not None and len(segments) == 1 and segments[0].n_logits:
                     n = len(segments[0].tokens)
                     self.priced.append((n, seconds, cost.seconds_at(n, segments[0].start_pos)))
 
@@ -95,10 +98,11 @@ def measure(engine: Engine, timer: DecodeTimer, workload, speculative: bool) -> 
                                speculative=speculative)
     pieces = iter(generation)
     next(pieces, None)
-    timer.seconds, timer.passes, start = 0.0, 0, time.perf_counter()
+    timer.seconds, timer.passes, timer.recording, start = 0.0, 0, True, time.perf_counter()
     for _ in pieces:
         pass
     wall = time.perf_counter() - start
+    timer.recording = False
     result = generation.result
     assert result is not None
     # the chain's time of the whole request: its first step's, before the first text, is in it too (a step in 100s)

@@ -159,7 +159,8 @@ def step_time():
 
 
 def test_step_time_splits_each_run_into_its_passes_and_the_rest(step_time, write_config, target_path):
-    """A run's time inside llama_decode is counted pass by pass, the rest is the wall time less it."""
+    """A run's time inside llama_decode is counted pass by pass, the rest is the wall time less it; the passes
+    priced against the table are the steps' (the table is measured in the first speculative request)."""
     from specframe.bench.workloads import Workload
     from specframe.engine import Engine
 
@@ -180,6 +181,8 @@ def test_step_time_splits_each_run_into_its_passes_and_the_rest(step_time, write
         assert run.workload == "repeat" and f"{run.passes:4d} passes" in run.line()
     assert 0 < plain.passes < plain.tokens       # a pass a token, after the first text
     assert 0 < drafted.passes <= plain.passes and drafted.tokens == plain.tokens
+    # priced against the table: the steps' passes alone, not the prompts' nor the calibration's before the first
+    assert len(timer.priced) == plain.passes + drafted.passes
 
 
 def test_llama_cpps_tools_run_with_the_kernels_the_benchmark_found(peers, tmp_path, monkeypatch):
