@@ -7,7 +7,9 @@ from specframe.results import GenerationResult
 
 _SHOWN_FROM = 0.1  # seconds of setup worth a line
 
-_DRAFTER_COLUMNS = ("#calls", "#gen drafts", "#acc drafts", "#gen tokens", "#acc tokens", "#held back",
+# llama.cpp's columns, and the chain's: "#won", its drafts verified (the chosen one of a step's drafts), and
+# "#held back", steps it was not asked at because it would not pay
+_DRAFTER_COLUMNS = ("#calls", "#gen drafts", "#won", "#acc drafts", "#gen tokens", "#acc tokens", "#held back",
                     "dur(b,g,a) ms")
 
 
@@ -38,8 +40,8 @@ def format_stats(result: GenerationResult, speculative: bool = True) -> str:
         lines.append(f"{'drafter':<{width}}  " + "  ".join(f"{c:>11}" for c in _DRAFTER_COLUMNS))
         for name, d in s.drafters.items():
             durations = f"{d['begin_ms']:.1f},{d['draft_ms']:.1f},{d['accept_ms']:.1f}"
-            cells = (d["calls"], d["drafts"], d["accepted_drafts"], d["drafted_tokens"], d["accepted_tokens"],
-                     d["held_back"])
+            cells = (d["calls"], d["drafts"], d["wins"], d["accepted_drafts"], d["drafted_tokens"],
+                     d["accepted_tokens"], d["held_back"])
             lines.append(f"{name:<{width}}  " + "  ".join(f"{c:>11}" for c in cells) + f"  {durations:>13}"
                          + (f"  (prepared in {d['prepare_ms'] / 1e3:.2f} s)" if d["prepare_ms"] >= 1 else "")
                          + (f"  ({d['note']})" if "note" in d else "")

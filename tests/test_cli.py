@@ -53,6 +53,20 @@ def test_run_streams_text_to_stdout_and_statistics_to_stderr(config):
     assert "drafted" not in plain.stderr
 
 
+def test_run_statistics_say_how_often_each_drafter_was_asked_won_and_accepted(config):
+    spec = run("run", "--config", str(config), "-p", "the quick brown fox jumps over the lazy dog. the quick brown",
+               "--raw", "-n", "48")
+    assert spec.exit_code == 0
+    lines = spec.stderr.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("drafter "))
+    assert lines[header].split()[1:5] == ["#calls", "#gen", "drafts", "#won"]
+    rows = {line.split()[0]: [int(cell) for cell in line.split()[1:8]] for line in lines[header + 1:header + 3]}
+    assert set(rows) == {"prompt-lookup", "draft-model"}
+    for calls, drafts, won, accepted_drafts, drafted_tokens, accepted_tokens, _ in rows.values():
+        assert calls >= drafts >= won >= accepted_drafts and drafted_tokens >= accepted_tokens >= accepted_drafts
+    assert sum(row[2] for row in rows.values()) > 0       # some draft was verified
+
+
 def test_run_notes_token_mapping_in_the_statistics(write_config, target_path, shuffled_draft_path):
     config = write_config(f"""
         [target]
