@@ -27,30 +27,20 @@ _TEMPORARY_SUFFIX = ".partial"
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (its folder is created when missing)."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TEMPORARY_SUFFIX, dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    _remove_orphans(path)
+    with atomic_output(path) as temporary:
+        temporary.write_bytes(data)
 
 
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[pathlib.Path]:
-    """A temporary path beside ``path`` for a writer that creates the file itself (a library given a file name):
-    once the block ends, the file is flushed to disk and renamed over ``path``; if the block raises, it is removed.
-    Callers that may race for the same ``path`` hold ``locked(path)``: the temporary name is this process's."""
+    """A temporary path of its own beside ``path``, for a writer that creates the file itself (a library given a
+    file name, or ``atomic_write``): once the block ends, the file is flushed to disk and renamed over ``path``; if
+    the block raises, it is removed. Its folder is created when missing."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}{_TEMPORARY_SUFFIX}")
+    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TEMPORARY_SUFFIX, dir=path.parent)
+    os.close(descriptor)
+    temporary = pathlib.Path(name)
     try:
         yield temporary
         with open(temporary, "rb") as written:
