@@ -260,3 +260,29 @@ def test_llama_cpps_best_native_type_is_chosen_on_other_repeats_than_it_is_timed
     one_repeat = [r for r in records if r["repeat"] == 0]     # nothing held out: the fastest
     best, fastest = peers.summarize(plan, [prompt], one_repeat)
     assert best["peer_tokens_per_second"] == fastest["peer_tokens_per_second"] == 36.0
+
+
+def test_peer_runs_go_a_repeat_at_a_time_every_other_one_reversed(peers, monkeypatch):
+    """The machine drifts over a session: taken a comparison at a time, the default config ran tens of minutes from
+    the native types it is compared with, and ours always before its peer."""
+    made = []
+
+    def runner(label):
+        def run(prompt):
+            made.append((label, prompt.workload))
+            return {label: peers.Measurement(20.0 + len(made), 100, len(prompt.tokens))}
+        return run
+
+    plan = [peers.Comparison("ngram", name, "", [(f"ours {name}", runner(f"ours {name}")),
+                                                  (f"peer {name}", runner(f"peer {name}"))], [])
+            for name in ("ngram-simple", "default config")]
+    prompts = [peers.Prompt(workload, [1, 2], "ab", 100) for workload in ("w1", "w2")]
+    monkeypatch.setattr(peers, "other_load", lambda: 0)
+    records = peers.measure(plan, prompts, repeat=2)
+
+    one_round = [(f"{side} {name}", workload) for workload in ("w1", "w2")
+                 for name in ("ngram-simple", "default config") for side in ("ours", "peer")]
+    assert made == one_round + one_round[::-1]
+    assert [r["repeat"] for r in records] == [0] * 8 + [1] * 8
+    assert all(r["comparison"] in r["label"] and r["workload"] == workload
+               for r, (_, workload) in zip(records, made))

@@ -7,7 +7,8 @@ performance method).
 
 GROUP: plain, draft-model, ngram, prompt-lookup (default: all). Builds the peers first when needed (build.sh), then
 runs every comparison in one session: the same prompt tokens, models, threads, context and longest draft, greedy,
-ours and the peer alternately, medians over the repeats. Writes the report (--out) and results.json beside this file.
+ours and the peer alternately, a repeat at a time (every other one reversed), medians over the repeats. Writes the
+report (--out) and results.json beside this file.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from specframe.bench.workloads import workloads
 from specframe.config import tomllib
@@ -394,37 +395,44 @@ def templated_prompts(specs: list[str] | None, max_tokens: int | None, target: p
     return prompts
 
 
+def schedule(plan: list[Comparison], prompts: list[Prompt],
+             repeat: int) -> Iterator[tuple[int, Comparison, Prompt, str, Runner]]:
+    """Every run (round, comparison, prompt, label, runner) in the order made: a round at a time, a workload's runs of
+    every comparison together, every other round reversed. The machine drifts over a session: runs compared must be
+    made close together, and neither side always first."""
+    for round_ in range(repeat):
+        runs = [(comparison, prompt, name, runner) for prompt in prompts for comparison in plan
+                for name, runner in comparison.runners]
+        for run in reversed(runs) if round_ % 2 else runs:
+            yield (round_, *run)
+
+
 def measure(plan: list[Comparison], prompts: list[Prompt], repeat: int) -> list[dict]:
     records = []
     n_runs = sum(len(c.runners) for c in plan) * len(prompts) * repeat
     started = time.monotonic()
-    done = 0
-    for comparison in plan:
-        for round_ in range(repeat):
-            for prompt in prompts:
-                for name, runner in comparison.runners:
-                    done += 1
-                    busy = other_load()
-                    if busy:
-                        say(f"warning: {busy} other process(es) running: the next timings are unreliable")
-                    try:
-                        results = runner(prompt)
-                    except PeerError as exc:     # one failed run is a gap in the table, not a lost session
-                        say(f"warning: {name} failed on {prompt.workload}: {exc}")
-                        records.append({"comparison": comparison.name, "workload": prompt.workload,
-                                        "repeat": round_, "label": name, "tokens_per_second": None,
-                                        "n_generated": None, "n_prompt": None, "acceptance": None,
-                                        "error": str(exc), "other_load": busy})
-                        continue
-                    for label, m in results.items():
-                        if m.n_prompt is not None and m.n_generated and m.n_prompt != len(prompt.tokens):
-                            say(f"warning: {label} saw {m.n_prompt} prompt tokens, specframe {len(prompt.tokens)}")
-                        records.append({"comparison": comparison.name, "workload": prompt.workload,
-                                        "repeat": round_, "label": label, **dataclasses.asdict(m),
-                                        "acceptance": m.acceptance, "other_load": busy})
-                    shown = ", ".join(f"{label} {m.tokens_per_second:.2f} t/s" for label, m in results.items())
-                    say(f"[{done}/{n_runs} {_minutes(time.monotonic() - started)}] {comparison.name} "
-                        f"round {round_ + 1}/{repeat} {prompt.workload}: {shown}")
+    for done, (round_, comparison, prompt, name, runner) in enumerate(schedule(plan, prompts, repeat), 1):
+        busy = other_load()
+        if busy:
+            say(f"warning: {busy} other process(es) running: the next timings are unreliable")
+        try:
+            results = runner(prompt)
+        except PeerError as exc:     # one failed run is a gap in the table, not a lost session
+            say(f"warning: {name} failed on {prompt.workload}: {exc}")
+            records.append({"comparison": comparison.name, "workload": prompt.workload,
+                            "repeat": round_, "label": name, "tokens_per_second": None,
+                            "n_generated": None, "n_prompt": None, "acceptance": None,
+                            "error": str(exc), "other_load": busy})
+            continue
+        for label, m in results.items():
+            if m.n_prompt is not None and m.n_generated and m.n_prompt != len(prompt.tokens):
+                say(f"warning: {label} saw {m.n_prompt} prompt tokens, specframe {len(prompt.tokens)}")
+            records.append({"comparison": comparison.name, "workload": prompt.workload,
+                            "repeat": round_, "label": label, **dataclasses.asdict(m),
+                            "acceptance": m.acceptance, "other_load": busy})
+        shown = ", ".join(f"{label} {m.tokens_per_second:.2f} t/s" for label, m in results.items())
+        say(f"[{done}/{n_runs} {_minutes(time.monotonic() - started)}] {comparison.name} "
+            f"round {round_ + 1}/{repeat} {prompt.workload}: {shown}")
     return records
 
 
@@ -592,8 +600,9 @@ def report(meta: dict, plan: list[Comparison], prompts: list[Prompt], rows: list
         "llama-bench: `tg` at the prompt's depth. A tool that ran past the budget (a last draft accepted beyond "
         "it) is counted for the budget's tokens over the time it took: the table's token counts show where. "
         "Acceptance is accepted / drafted tokens.",
-        "- Each run is a fresh process (peers) or a fresh `Engine` (ours) with one warm-up, in the order ours, "
-        "peer, ours, peer, per workload and repeat.",
+        "- Each run is a fresh process (peers) or a fresh `Engine` (ours) with one warm-up. The runs go a repeat at "
+        "a time, a workload's runs of every comparison together (ours, peer, ours fixed, ...), every other repeat "
+        "in reverse order: runs compared are made minutes apart, and neither side always first.",
         "",
         "## Summary", "",
         "Geometric mean over the workloads.", "",
