@@ -69,7 +69,12 @@ _GENERATION_FLAGS = (
     (("--repeat-last-n",), "sampling.repeat_last_n", "Tokens the penalties look back on (-1: all, 0: off)."),
     (("--presence-penalty",), "sampling.presence_penalty", "Subtracted from the logits of recent tokens."),
     (("--frequency-penalty",), "sampling.frequency_penalty", "Subtracted per occurrence among recent tokens."),
+    (("--grammar",), "sampling.grammar", "GBNF grammar the output must match."),
+    (("--grammar-file",), "sampling.grammar_file", "File holding a GBNF grammar the output must match."),
+    (("-j", "--json-schema"), "sampling.json_schema", "JSON schema the output must match (its JSON, or a file)."),
 )
+_TEXT_KEYS = frozenset({"sampling.grammar", "sampling.grammar_file", "sampling.json_schema"})   # taken as given
+_FILE_KEYS = frozenset({"sampling.grammar_file", "sampling.json_schema"})   # may name a file
 _SERVER_FLAGS = (
     (("--host",), "server.host", "Address to listen on (default 127.0.0.1)."),
     (("--port",), "server.port", "Port (default 8080; 0: any free port)."),
@@ -124,7 +129,10 @@ def _config_options(*flag_groups):
                 origin = f"{declarations[0]} {text}"
                 if key == "drafter.draft-model.model":
                     given.append(DrafterTables(("draft-model",), False, origin))
-                given.append(Override(key, text if key.endswith(".model") else parse_value(text), origin))
+                if key in _FILE_KEYS and not text.lstrip().startswith("{"):   # a file named here is the shell's
+                    text = os.path.abspath(os.path.expanduser(text))
+                verbatim = key.endswith(".model") or key in _TEXT_KEYS
+                given.append(Override(key, text if verbatim else parse_value(text), origin))
             if logit_biases:
                 given.append(parse_logit_bias(logit_biases))
             given += [parse_set(text) for text in settings]

@@ -27,13 +27,14 @@ from specframe.drafting.configured import ConfiguredDrafters
 from specframe.drafting.gain import PassShare, cheapest_calls
 from specframe.drafting.pass_cost import PassCost, PassCostStore
 from specframe.errors import ConfigError, ModelError, ParamError, SpecframeError
+from specframe.grammar import GRAMMAR_KEYS, Constraint, GrammarError, GrammarSpec, sampling_grammar
 from specframe.llama import Context, ContextFullError, Model, Segment, choose_tiled_matmul
 from specframe.models import resolve_model
 from specframe.overrides import Layer
 from specframe.params import forced
 from specframe.prefix import common_prefix
 from specframe.results import Generation, GenerationResult, RequestStats
-from specframe.sampling import ACCEPTANCE_MODES, SAMPLING_KEYS, TokenSampler, verify
+from specframe.sampling import ACCEPTANCE_MODES, SAMPLING_KEYS, TokenSampler, log_probabilities, verify
 from specframe.sequence import Sequence
 from specframe.trace import Trace
 
@@ -65,7 +66,8 @@ class Engine:
         self.vocab = self.model.vocab
         try:
             config_sampler = self.sampler({})
-        except ParamError as exc:   # a biased token this vocabulary does not have
+            constrained = sampling_grammar(config.sampling, config.directory) is not None
+        except ParamError as exc:   # a biased token this vocabulary does not have, a grammar that does not compile
             raise ConfigError(config.where().at(f"sampling.{exc.key}", exc.problem)) from None
         self.calibration = Calibration(self.context, Calibration.identity(self.model.path, self.n_threads,
                                                                           t.n_batch, t),
@@ -82,7 +84,7 @@ class Engine:
         backend_sampling = forced(t.backend_sampling)
         self.backend_sampling = self.model.offloaded if backend_sampling is None else backend_sampling
         for slot in range(slots):
-            self._choose_on_device(slot, config_sampler, None)
+            self._choose_on_device(slot, config_sampler, constrained)
 
     @classmethod
     def from_config(cls, path: str | os.PathLike | None, overrides: Sequence_[Layer] = ()) -> "Engine":
@@ -125,14 +127,15 @@ class Engine:
 
     def start(self, prompt: np.ndarray, *, slot: int = 0, reuse: bool = False, max_tokens: int | None = None,
               speculative: bool = True, stop: Sequence_[str] | None = None, drafters: Sequence_[str] | None = None,
-              acceptance: str | None = None, chain: DrafterChain | None = None,
-              trace: Trace | None = None, **sampling: Any) -> Sequence:
+              acceptance: str | None = None, chain: DrafterChain | None = None, grammar: GrammarSpec | None = None,
+              logprobs: int | None = None, trace: Trace | None = None, **sampling: Any) -> Sequence:
         """A new request on sequence ``slot``, to be stepped. With ``reuse``, the prompt's longest prefix that this
         slot's memory still holds from its last request is kept, not evaluated again. ``drafters`` names the
         configured drafters to use for this request, in their chain order (default: all), or ``chain`` gives
         drafters made elsewhere (``chain_of``); ``acceptance`` overrides [speculative] acceptance ("rejection"
-        or "match") when sampling; other keywords override [sampling] settings (``temperature=0.7``; None keeps
-        the config's)."""
+        or "match") when sampling; ``grammar`` constrains the output (over any grammar of [sampling]);
+        ``logprobs`` records each emitted token's log-probability and that many alternatives (None: none); other
+        keywords override [sampling] settings (``temperature=0.7``; None keeps the config's)."""
         if prompt.size == 0:
             raise SpecframeError("the prompt is empty")
         n_ctx = self.context.n_ctx
@@ -145,7 +148,8 @@ class Engine:
             raise SpecframeError(f"acceptance {acceptance!r}: expected one of {', '.join(ACCEPTANCE_MODES)}")
         if chain is None and speculative and self.config.speculative.enabled:
             chain = self.drafters.chain(drafters, slot)
-        self._choose_on_device(slot, sampler, trace)
+        constraint = self.constraint(grammar, sampler)
+        self._choose_on_device(slot, sampler, trace is not None or constraint is not None or logprobs is not None)
         cached = self.cached_prefix(slot, prompt) if reuse else 0
         self.context.truncate(cached, slot)
         self._kept[slot] = prompt[:cached]
@@ -153,8 +157,17 @@ class Engine:
                             max_tokens=max_tokens or self.config.generation.max_tokens, n_ctx=n_ctx,
                             sampler=sampler, acceptance=acceptance, chain=chain,
                             stops=list(self.config.generation.stop if stop is None else stop), trace=trace,
-                            vocab=self.vocab)
+                            vocab=self.vocab, constraint=constraint, logprobs=logprobs)
         return sequence
+
+    def constraint(self, grammar: GrammarSpec | None, sampler: TokenSampler) -> Constraint | None:
+        """A request's grammar state: ``grammar``, else the one its [sampling] settings give (None: free output).
+        A ParamError names the setting at fault."""
+        try:
+            grammar = grammar or sampling_grammar(sampler.params, self.config.directory)
+            return Constraint(grammar, self.vocab) if grammar is not None else None
+        except GrammarError as exc:
+            raise ParamError("grammar", str(exc)) from None
 
     def sampler(self, overrides: dict[str, Any]) -> TokenSampler:
         """The target's sampler for a request: the config's [sampling] with ``overrides`` (None keeps a setting);
@@ -163,13 +176,17 @@ class Engine:
         for key in overrides:
             if key not in SAMPLING_KEYS:
                 raise ParamError(key, f"not a sampling setting; expected one of {', '.join(sorted(SAMPLING_KEYS))}")
+        if GRAMMAR_KEYS & overrides.keys():    # a request's grammar replaces the config's, of whatever kind
+            overrides = {key: "" for key in GRAMMAR_KEYS} | overrides
         sampler = TokenSampler(replace(self.config.sampling, **overrides))
         sampler.check_vocabulary(self.vocab.n_tokens)
         return sampler
 
-    def _choose_on_device(self, slot: int, sampler: TokenSampler, trace: Trace | None) -> None:
-        """Verify on the device when the choice is the row's argmax and no trace wants the logits."""
-        self.context.choose_on_device(slot, self.backend_sampling and sampler.chooses_as_argmax and trace is None)
+    def _choose_on_device(self, slot: int, sampler: TokenSampler | None, wants_rows: bool) -> None:
+        """Verify on the device when the choice is the row's argmax and nothing else (a trace, a grammar,
+        log-probabilities) wants the rows of logits."""
+        self.context.choose_on_device(slot, self.backend_sampling and sampler is not None
+                                      and sampler.chooses_as_argmax and not wants_rows)
 
     def cached_prefix(self, slot: int, prompt: np.ndarray) -> int:
         """How many leading tokens of ``prompt`` sequence ``slot`` holds in memory (never the whole prompt: its
@@ -300,7 +317,8 @@ class Engine:
         """Accept what the target agrees with, roll back the rest; return the tokens kept."""
         stats = s.stats
         stats.n_target_passes += 1
-        n_accepted, emitted = verify(logits, draft.tokens, draft.probs, s.sampler, s.acceptance, s.history)
+        n_accepted, emitted = verify(logits, draft.tokens, draft.probs, s.sampler, s.acceptance, s.history,
+                                     s.constraint)
         if n_accepted < len(draft):
             self.context.truncate(s.n_past + n_accepted + 1, s.seq)
         if len(draft):
@@ -311,7 +329,10 @@ class Engine:
             hearing = time.perf_counter()
             s.chain.accept(n_accepted, emitted)
             stats.chain_seconds += time.perf_counter() - hearing
-        return s.commit(emitted)
+        kept = s.commit(emitted)
+        if s.logprobs is not None:
+            s.logprob_entries += log_probabilities(logits[:kept], emitted[:kept], s.logprobs)
+        return kept
 
     def _begin(self, s: Sequence) -> None:
         """The prompt is in: drafters see it, and generation starts."""
@@ -319,7 +340,8 @@ class Engine:
             if self.calibration.cost is not None:     # a first run measures the table here
                 self._heal_pass_cost([s])
             # Drafters sample (and give their distributions) only where rejection sampling will use them.
-            s.chain.begin(s.history, None if s.sampler.greedy or s.acceptance == "match" else s.sampler.params)
+            s.chain.begin(s.history, None if s.sampler.greedy or s.acceptance == "match" else s.sampler.params,
+                          s.constraint)
         s.start_generating()
 
     def _pass_sizes(self, n_past: int) -> list[int]:

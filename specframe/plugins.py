@@ -41,6 +41,7 @@ BUILTIN_PLUGINS = (
     "specframe.drafters.ngram_mod",
     "specframe.drafters.ngram_cache",
     "specframe.drafters.draft_model",
+    "specframe.drafters.grammar",
 )
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 

@@ -67,6 +67,7 @@ class GenerationResult:
     margins: list[float] | None = None
     prompt: np.ndarray | None = None   # the prompt's token ids
     passes: list | None = None
+    logprobs: list | None = None       # sampling.TokenLogprob of each generated token, when they were asked for
 
     def as_dict(self) -> dict:
         data = {"text": self.text, "tokens": self.tokens, "n_prompt_tokens": self.n_prompt_tokens,

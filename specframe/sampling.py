@@ -23,12 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specframe.errors import ParamError
 from specframe.params import INT32_MAX, param, within_bounds
 from specframe.prefix import common_prefix
+
+if TYPE_CHECKING:
+    from specframe.grammar import Constraint
 
 ACCEPTANCE_MODES = ("rejection", "match")
 
@@ -55,6 +59,9 @@ class SamplingParams:
     logit_bias: dict[str, float] = param({}, help='added to a token\'s logit, by token id: {"15" = -100} bans '
                                                   f"token 15; each in [-{LOGIT_BIAS_LIMIT:g}, {LOGIT_BIAS_LIMIT:g}]")
     seed: int = param(0, min=0, max=2**64 - 1)
+    grammar: str = param("", help="GBNF grammar the output must match (llama.cpp's --grammar)")
+    grammar_file: str = param("", help="file holding a GBNF grammar, relative to the config")
+    json_schema: str = param("", help="JSON schema the output must match: the schema's JSON, or a file holding it")
 
     def __post_init__(self):
         for key, bias in self.logit_bias.items():
@@ -173,14 +180,20 @@ class TokenSampler:
 
 
 def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | None, sampler: TokenSampler,
-           acceptance: str = "rejection", history: np.ndarray = NO_TOKENS) -> tuple[int, list[int]]:
+           acceptance: str = "rejection", history: np.ndarray = NO_TOKENS,
+           constraint: Constraint | None = None) -> tuple[int, list[int]]:
     """Accept a prefix of the drafted ``tokens`` from the target's ``logits`` (one row per position, the last
     after the whole draft; for a greedy sampler that does not change logits, each row's choice can come made, as
     token ids); return (n_accepted, emitted tokens): the accepted ones plus the target's own token at the first
     rejection or after a fully accepted draft. ``history`` is the tokens before the draft, which the repetition
-    penalties look back on (needed only when they are on)."""
+    penalties look back on (needed only when they are on).
+
+    With a ``constraint`` (a grammar, at the position before the draft; the draft is admissible) each position
+    chooses among the tokens the grammar allows there, and the constraint advances on every emitted token.
+    ``draft_probs`` may hold one row more than ``tokens``: the draft was cut at a token drawn from that row which
+    the grammar forbids, so that position draws from the residual, as rejecting the token would have."""
     k = len(tokens)
-    if sampler.chooses_as_argmax:
+    if sampler.chooses_as_argmax and constraint is None:
         choices = logits[:k + 1] if logits.ndim == 1 else np.argmax(logits[:k + 1], axis=1)
         n = common_prefix(choices[:k], tokens)
         return n, choices[:n + 1].tolist()
@@ -190,15 +203,23 @@ def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | Non
         row = sampler.adjusted(logits[i], history, tokens[:i])
         if sampler.greedy:
             token = int(np.argmax(row))
+            if constraint is not None and not constraint.allows(token):
+                token = int(np.argmax(constraint.masked(row)))
             accepted = i < k and token == tokens[i]
         else:
+            if constraint is not None:
+                row = constraint.masked(row)
             ids, probs = sampler.candidates(row)
             if i < k and rejection_probs is not None:
                 token, accepted = _reject_or_accept(sampler, ids, probs, int(tokens[i]), rejection_probs[i])
+            elif rejection_probs is not None and i < len(rejection_probs):   # a draft token the grammar refuted
+                token, accepted = _draw_residual(sampler, ids, probs, rejection_probs[i]), False
             else:
                 token = sampler.draw(ids, probs)
                 accepted = i < k and token == tokens[i]
         emitted.append(token)
+        if constraint is not None:
+            constraint.advance(token)
         if not accepted:
             return i, emitted
     raise AssertionError("unreachable: the last row is never accepted")
@@ -213,10 +234,41 @@ def _reject_or_accept(sampler: TokenSampler, ids: np.ndarray, p: np.ndarray, dra
     q_drafted = float(q[drafted])
     if q_drafted > 0 and sampler.rng.random() * q_drafted < p_drafted:
         return drafted, True
+    return _draw_residual(sampler, ids, p, q), False
+
+
+def _draw_residual(sampler: TokenSampler, ids: np.ndarray, p: np.ndarray, q: np.ndarray) -> int:
+    """A draw from max(0, p - q), normalized: what follows a rejected draft token drawn from q."""
     residual = np.maximum(p - q[ids], 0.0)
     if residual.sum() <= 0.0:     # p <= q everywhere on p's support: only when p == q, where rejection is moot
         residual = p
-    return sampler.draw(ids, residual), False
+    return sampler.draw(ids, residual)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """An emitted token's log-probability under the target, and the likeliest tokens' at its position."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]    # (token, log-probability), likeliest first
+
+
+def log_probabilities(rows: np.ndarray, tokens: Sequence[int], n_top: int) -> list[TokenLogprob]:
+    """Each token's log-probability in its row of the target's logits (the model's own distribution, before any
+    sampling setting or grammar, as OpenAI's and vLLM's logprobs are), with the ``n_top`` likeliest."""
+    rows = np.asarray(rows, dtype=np.float32)
+    peak = rows.max(axis=1, keepdims=True)
+    log_totals = peak[:, 0] + np.log(np.exp(rows - peak).sum(axis=1))
+    entries = []
+    for row, token, log_total in zip(rows, tokens, log_totals):
+        top: tuple[tuple[int, float], ...] = ()
+        if n_top:
+            best = np.argpartition(-row, n_top)[:n_top]
+            best = best[np.argsort(-row[best], kind="stable")]
+            top = tuple((int(t), float(row[t] - log_total)) for t in best)
+        entries.append(TokenLogprob(int(token), float(row[token] - log_total), top))
+    return entries
 
 
 def top2_margin(logits: np.ndarray) -> np.ndarray:

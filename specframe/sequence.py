@@ -13,9 +13,10 @@ from typing import Sequence as Sequence_
 import numpy as np
 
 from specframe.drafting import DrafterChain, DrafterStats
+from specframe.grammar import Constraint
 from specframe.llama import Vocab
 from specframe.results import GenerationResult, RequestStats
-from specframe.sampling import TokenSampler
+from specframe.sampling import TokenLogprob, TokenSampler
 from specframe.text import TextStream
 from specframe.trace import Trace
 
@@ -23,7 +24,8 @@ from specframe.trace import Trace
 class Sequence:
     def __init__(self, *, seq: int, prompt: np.ndarray, cached: int, max_tokens: int, n_ctx: int,
                  sampler: TokenSampler, acceptance: str, chain: DrafterChain | None, stops: Sequence_[str],
-                 trace: Trace | None, vocab: Vocab):
+                 trace: Trace | None, vocab: Vocab, constraint: Constraint | None = None,
+                 logprobs: int | None = None):
         self.seq = seq                   # its sequence id in the target's context
         self.prompt = prompt
         self.max_tokens = max_tokens
@@ -31,6 +33,10 @@ class Sequence:
         self.acceptance = acceptance
         self.chain = chain
         self.trace = trace
+        self.constraint = constraint       # the output's grammar state, advanced by verification
+        self.logprobs = logprobs           # alternatives recorded per emitted token (None: no log-probabilities)
+        self.logprob_entries: list[TokenLogprob] = []   # one per generated token, when recorded
+        self._logprobs_taken = 0
         self._vocab = vocab
         # Committed tokens, append-only; the context ends generation after n_ctx + 1 - prompt tokens at most.
         self._history = np.empty(prompt.size + min(max_tokens, n_ctx) + 1, dtype=np.int32)
@@ -123,6 +129,16 @@ class Sequence:
         pieces, self._new_pieces = self._new_pieces, []
         return pieces
 
+    def piece(self, token: int) -> bytes:
+        """A token's bytes in the output (special tokens spelt out)."""
+        return self._vocab.piece(token, special=True)
+
+    def take_logprobs(self) -> list[TokenLogprob]:
+        """The log-probabilities of the tokens generated since the last call."""
+        entries = self.logprob_entries[self._logprobs_taken:]
+        self._logprobs_taken = len(self.logprob_entries)
+        return entries
+
     # --- the end ---------------------------------------------------------------------------------------------
 
     def finish(self, reason: str | None = None) -> GenerationResult:
@@ -148,5 +164,6 @@ class Sequence:
         trace = self.trace
         self.result = GenerationResult("".join(self._pieces), self.generated, int(self.prompt.size),
                                        self.stop_reason, stats, trace.margins if trace else None, self.prompt,
-                                       trace.passes if trace else None)
+                                       trace.passes if trace else None,
+                                       self.logprob_entries if self.logprobs is not None else None)
         return self.result

@@ -112,7 +112,8 @@ def test_protocol_methods_the_chain_cannot_call_are_refused_at_registration(plug
                 for message in warnings(caplog) if message.startswith("plugin 'signatures_plugin' registered")}
     assert problems == {
         "NoLength": " (draft(self, history) cannot be called as draft(history, n_max)): skipped",
-        "NoPrompt": " (begin(self) cannot be called as begin(prompt, sampling) or begin(prompt)): skipped",
+        "NoPrompt": " (begin(self) cannot be called as begin(prompt, sampling) or begin(prompt) or "
+                    "begin(prompt, sampling, constraint)): skipped",
         "TwoCounts": " (accept(self, n_accepted, n_drafted) cannot be called as accept(n_accepted)): skipped"}
 
 

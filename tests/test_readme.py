@@ -86,6 +86,9 @@ def test_the_drafter_table_has_every_built_in_type_and_its_defaults():
     assert set(rows) == set(types)
     for name, cell in rows.items():
         defaults = {f.name: f.default for f in dataclasses.fields(types[name].cls.Params)}
+        if cell.strip() == "none":
+            assert not defaults, f"README: {name} has parameters"
+            continue
         for pair in cell.strip().split(", "):
             key, value = pair.split(" ")
             assert key in defaults and tomllib.loads(f"v = {value}")["v"] == defaults[key], f"README: {name}: {pair}"

@@ -67,7 +67,7 @@ def test_qwen_pair_speculative_greedy_matches_plain_up_to_near_ties(qwen, prompt
     verdict = compare(plain, spec, qwen)
     assert verdict.ok, str(verdict)
     assert spec.stats.n_accepted > 0 and spec.stats.tokens_per_pass > 1.5
-    assert set(spec.stats.drafters) == {"copy-cursor", "ngram-simple", "ngram-mod", "draft-model"}
+    assert set(spec.stats.drafters) == {"copy-cursor", "ngram-simple", "ngram-mod", "grammar", "draft-model"}
     if prompt is CODE_EDIT:
         assert "def rectangle_area(" in (spec.text if verdict.identical else plain.text)
 

@@ -12,6 +12,7 @@ import specframe
 import specframe.engine
 from specframe.engine import Engine
 from specframe.errors import ParamError
+from specframe.grammar import Constraint, GrammarSpec
 from specframe.sampling import SamplingParams, TokenSampler, verify
 
 ALPHA = 1e-3
@@ -53,6 +54,45 @@ def first_tokens(acceptance: str, n: int = 40000) -> tuple[dict, float]:
         counts[(emitted[0],)] = counts.get((emitted[0],), 0) + 1
         accepted += n_accepted
     return counts, accepted / n
+
+
+class Forbids:
+    """A grammar over the hand-made vocabulary that forbids one token everywhere."""
+
+    def __init__(self, token: int):
+        self.token = token
+
+    def allows(self, token: int) -> bool:
+        return token != self.token
+
+    def masked(self, row: np.ndarray) -> np.ndarray:
+        row = row.copy()
+        row[self.token] = -np.inf
+        return row
+
+    def advance(self, token: int) -> None:
+        assert token != self.token
+
+
+@pytest.mark.parametrize("refuted_row", [True, False], ids=["residual at the cut", "fresh draw at the cut"])
+def test_a_draft_cut_where_the_grammar_forbids_keeps_rejection_sampling_exact(refuted_row):
+    """The chain cuts a draft at a forbidden token; drawing there from the residual of the refuted token's
+    distribution keeps the output exact over the constrained target, a fresh draw from it does not."""
+    sampler = TokenSampler(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=5))
+    draft_rng = np.random.default_rng(6)
+    forbidden = 2                                  # where the draft puts most of its mass
+    logits = np.log(np.maximum(P, 1e-30)).astype(np.float32)[None].repeat(2, axis=0)
+    counts = {}
+    for _ in range(40000):
+        token = int(draft_rng.choice(len(Q), p=Q))
+        tokens, probs = np.array([token]), Q[None].astype(np.float32)
+        if token == forbidden:
+            tokens, probs = tokens[:0], (probs if refuted_row else None)
+        _, emitted = verify(logits, tokens, probs, sampler, "rejection", constraint=Forbids(forbidden))
+        counts[(emitted[0],)] = counts.get((emitted[0],), 0) + 1
+    allowed = np.where(np.arange(len(P)) == forbidden, 0.0, P)
+    expected = {(i,): p / allowed.sum() for i, p in enumerate(allowed) if p > 0}
+    assert (goodness_of_fit(counts, expected) > ALPHA) == refuted_row
 
 
 @pytest.mark.parametrize("acceptance", ["rejection", "match"])
@@ -173,9 +213,9 @@ p_min = 0.0
         yield engine
 
 
-def exact_distribution(engine: Engine, settings: dict) -> dict:
+def exact_distribution(engine: Engine, settings: dict, grammar: GrammarSpec | None = None) -> dict:
     """Every sequence of LENGTH tokens (or ending in end-of-generation) and its probability under the target,
-    from one-token-at-a-time evaluation."""
+    from one-token-at-a-time evaluation; under ``grammar``, among the tokens it allows at each position."""
     sampler = TokenSampler(SamplingParams(**SAMPLING, **settings))
     prompt = engine.prompt_tokens(PROMPT, raw=True)
     context = engine.context
@@ -187,8 +227,15 @@ def exact_distribution(engine: Engine, settings: dict) -> dict:
             return
         context.clear()
         history = np.concatenate([prompt, np.array(prefix, dtype=np.int32)])
-        logits = context.decode(history, 0)[-1]
-        for token, p in zip(*sampler.candidates(sampler.adjusted(logits, history))):
+        logits = sampler.adjusted(context.decode(history, 0)[-1], history)
+        if grammar is not None:
+            constraint = Constraint(grammar, engine.vocab)
+            for token in prefix:
+                constraint.advance(token)
+            logits = constraint.masked(logits)
+        for token, p in zip(*sampler.candidates(logits)):
+            if p == 0.0:
+                continue
             expand(prefix + (int(token),), probability * float(p))
 
     expand((), 1.0)
@@ -244,11 +291,35 @@ def test_generated_sequences_follow_the_target_distribution(engine, target, opti
         assert rate > 0.2, "drafts were hardly accepted: the test would not exercise acceptance"
 
 
+@pytest.fixture(scope="module")
+def under_a_grammar(engine, exact):
+    """A grammar that forbids every token spelling the favourite first token's first character, and the exact
+    distribution under it (another one: the favourite sequences are gone)."""
+    favourite = engine.vocab.piece(max(exact, key=exact.get)[0]).decode()
+    grammar = GrammarSpec("lark", "start: /[^\\x{%x}]*/" % ord(favourite.strip()[:1] or favourite[0]))
+    distribution = exact_distribution(engine, {}, grammar)
+    assert sum(distribution.values()) == pytest.approx(1.0) and len(distribution) >= 9
+    assert max(abs(distribution.get(k, 0.0) - exact.get(k, 0.0)) for k in distribution | exact) > 0.02
+    return grammar, distribution
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [dict(speculative=False), dict(acceptance="rejection"),
+                                     dict(acceptance="match")], ids=["plain", "rejection", "match"])
+def test_sampling_under_a_grammar_follows_the_constrained_distribution(engine, under_a_grammar, options):
+    grammar, distribution = under_a_grammar
+    counts, rate = sampled(engine, 2000, grammar=grammar, **options)
+    assert goodness_of_fit(counts, distribution) > ALPHA, counts
+    if options.get("speculative", True):
+        assert rate > 0.2, "drafts were hardly accepted: the test would not exercise acceptance"
+
+
 @pytest.mark.slow
 def test_a_lossy_acceptance_is_caught(engine, exact, monkeypatch):
     """Accepting every draft token (emitting the draft's distribution) must fail the same test."""
 
-    def accept_everything(logits, tokens, draft_probs, sampler, acceptance="rejection", history=None):
+    def accept_everything(logits, tokens, draft_probs, sampler, acceptance="rejection", history=None,
+                          constraint=None):
         last = sampler.choose(logits[len(tokens)], np.concatenate([history, tokens]))
         return len(tokens), [int(t) for t in tokens] + [last]
 

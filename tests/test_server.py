@@ -56,19 +56,19 @@ class Running:
 
 
 @contextlib.contextmanager
-def serving(config_path, healthy: bool = True, **settings):
+def serving(config_path, healthy: bool = True, max_seconds: float = MAX_SECONDS, **settings):
     """A server of the config with ``settings`` for its [server] table, once it listens (and, when ``healthy``,
-    once its model is loaded)."""
+    once its model is loaded); it stops by itself after ``max_seconds``."""
     config = load_config(config_path)
     config = dataclasses.replace(config, server=dataclasses.replace(config.server, host="127.0.0.1", port=0,
                                                                     **settings))
     server = Server(config, limit_max_requests=MAX_REQUESTS)
     thread = threading.Thread(target=server.serve_forever, name="test-server", daemon=True)
-    watchdog = threading.Timer(MAX_SECONDS, server.stop)
+    watchdog = threading.Timer(max_seconds, server.stop)
     thread.start()
     watchdog.start()
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + max_seconds / 2
         while server.address is None or not server.started:
             assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.02)
@@ -79,7 +79,7 @@ def serving(config_path, healthy: bool = True, **settings):
         yield Running(server, url)
     finally:
         server.stop()
-        thread.join(MAX_SECONDS)
+        thread.join(max_seconds)
         watchdog.cancel()
 
 
@@ -193,6 +193,22 @@ def test_completions_continue_a_raw_prompt(server, config_path):
     ({"logit_bias": {"99999999": 1}}, "logit_bias"),
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
+    ({"extra_body": {"best_of": 2}}, "best_of"),
+    ({"extra_body": {"stream": "yes"}}, "stream"),
+    ({"extra_body": {"max_tokens": 1e20}}, "max_tokens"),
+    ({"extra_body": {"max_tokens": 10**20}}, "max_tokens"),
+    ({"extra_body": {"temperature": "0.5"}}, "temperature"),
+    ({"messages": [{"role": "user", "content": "hi", "audio": {"id": "x"}}]}, "messages.0.audio"),
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"response_format": {"type": "xml"}}, "response_format.type"),
+    ({"extra_body": {"grammar": "root ::= ("}}, "grammar"),
+    ({"extra_body": {"grammar": 'root ::= "a"', "json_schema": {}}}, "grammar and json_schema"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice.function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),   # the template writes no calls
 ])
 def test_a_bad_request_is_a_400_naming_the_field(server, options, field):
     arguments = {"model": "target", "messages": [{"role": "user", "content": "hi"}]} | options
@@ -201,6 +217,42 @@ def test_a_bad_request_is_a_400_naming_the_field(server, options, field):
     error = caught.value
     assert error.status_code == 400 and error.param == field and error.body["message"].startswith(field)
     assert error.type == "invalid_request_error"
+
+
+def test_a_json_schema_response_format_and_a_grammar_hold_the_answer(server):
+    schema = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 8},
+                                               "count": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["word", "count"], "additionalProperties": False}
+    for stream in (False, True):
+        completion = chat(server.client(), "target", PROMPTS[0], stream=stream, max_tokens=48, response_format={
+            "type": "json_schema", "json_schema": {"name": "tally", "schema": schema, "strict": True}})
+        text = ("".join(c.choices[0].delta.content or "" for c in completion if c.choices) if stream
+                else completion.choices[0].message.content)
+        record = json.loads(text)
+        assert set(record) == {"word", "count"} and 0 <= record["count"] <= 9
+    completion = chat(server.client(), "target", PROMPTS[1], max_tokens=8,
+                      extra_body={"grammar": 'root ::= ("yes" | "no") "!"'})
+    assert completion.choices[0].message.content in ("yes!", "no!")
+    assert completion.choices[0].finish_reason == "stop"
+
+
+def test_logprobs_cover_every_token_with_its_alternatives(server):
+    completion = chat(server.client(), "target", PROMPTS[2], max_tokens=12, logprobs=True, top_logprobs=2)
+    entries = completion.choices[0].logprobs.content
+    assert len(entries) == completion.usage.completion_tokens == 12
+    text = bytes(b for e in entries for b in e.bytes).decode("utf-8", "replace")   # a token may split a character
+    assert text == completion.choices[0].message.content
+    for entry in entries:
+        assert len(entry.top_logprobs) == 2 and entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+        assert entry.logprob <= 0 and entry.top_logprobs[0].token == entry.token   # greedy: the likeliest
+    streamed = chat(server.client(), "target", PROMPTS[2], max_tokens=12, logprobs=True, stream=True)
+    tokens = [e.token for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert tokens == [e.token for e in entries]
+    legacy = server.client().completions.create(model="target", prompt=PROMPTS[2], max_tokens=6, logprobs=3,
+                                                temperature=0)
+    logprobs = legacy.choices[0].logprobs
+    assert len(logprobs.tokens) == 6 and all(1 <= len(top) <= 3 for top in logprobs.top_logprobs)   # keyed by text
+    assert logprobs.text_offset[0] == 0 and logprobs.text_offset == sorted(logprobs.text_offset)
 
 
 def test_other_errors_have_openai_s_shape(server):

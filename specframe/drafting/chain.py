@@ -52,7 +52,7 @@ from specframe.drafting.gain import (
     refuted,
 )
 from specframe.drafting.pass_cost import PassCost, cpu_times, other_load, others_busy
-from specframe.drafting.protocol import NO_DRAFT, Draft, Drafter, begin_request, begin_takes_sampling
+from specframe.drafting.protocol import NO_DRAFT, Constraint, Draft, Drafter, begin_form, begin_request
 from specframe.drafting.support import ContextSupport
 from specframe.prefix import common_prefix
 from specframe.sampling import SamplingParams
@@ -99,15 +99,17 @@ class ChainEntry:
     catch_up_store: ModelRateStore | None = None   # where a model's catch-up rate is kept across runs,
     drafting_store: ModelRateStore | None = None   # and its drafting rate
     acceptance_memory: AcceptanceMemory | None = None   # what its drafts were worth in earlier runs
-    deferred_begin: tuple | None = None   # (prompt, sampling) of a begin put off until the model's first call
+    deferred_begin: tuple | None = None   # (prompt, sampling, constraint) of a begin put off until the model's
+                                          # first call
     prepared: bool = False                # Drafter.prepare has been called
-    begin_takes_sampling: bool = field(init=False)   # begin(prompt, sampling), or begin(prompt) alone
+    begin_form: int = field(init=False)   # the arguments its begin takes (protocol.begin_form)
 
     def __post_init__(self):
-        self.begin_takes_sampling = begin_takes_sampling(self.drafter)
+        self.begin_form = begin_form(self.drafter)
 
-    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
-        begin_request(self.drafter, prompt, sampling, self.begin_takes_sampling)
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None,
+              constraint: Constraint | None = None) -> None:
+        begin_request(self.drafter, prompt, sampling, constraint, self.begin_form)
 
 
 @dataclass
@@ -138,6 +140,7 @@ class DrafterChain:
         self.support = ContextSupport()
         self._candidates: list[_Candidate] = []
         self._chosen: _Candidate | None = None
+        self.constraint: Constraint | None = None   # the request's grammar: drafts are cut where it forbids
         self._agreed = np.empty(0, dtype=np.int32)   # the longest prefix two candidates agreed on,
         self._agreed_support = 0                      # and the context support of its first token
         self._steps_without_verifying = 0
@@ -152,30 +155,32 @@ class DrafterChain:
         self._asked_cheap: list[tuple[ChainEntry, float]] = []   # this step's cheap drafters, and their calls' time
         self._asked_costly: list[tuple[ChainEntry, float]] = []  # the same of drafters asked only where they pay
 
-    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None) -> None:
-        """A request starts: each drafter sees the prompt and learns how drafts are accepted (``Drafter.begin``).
-        A model whose catching up on the prompt costs more than a draft of it could bring back is begun only if
-        and when it is asked."""
-        self._candidates, self._chosen = [], None
+    def begin(self, prompt: np.ndarray, sampling: SamplingParams | None = None,
+              constraint: Constraint | None = None) -> None:
+        """A request starts: each drafter sees the prompt and learns how drafts are accepted (``Drafter.begin``)
+        and the request's grammar, if any. A model whose catching up on the prompt costs more than a draft of it
+        could bring back is begun only if and when it is asked."""
+        self._candidates, self._chosen, self.constraint = [], None, constraint
         self.support.reset()
         self.upkeep.restart()
         for entry in self._active():
             entry.record.restart()
             entry.upkeep.restart()
             if self._cannot_pay_for(entry, len(prompt)):
-                entry.deferred_begin = (prompt.copy(), sampling)
+                entry.deferred_begin = (prompt.copy(), sampling, constraint)
                 entry.record.deferred()
                 entry.stats.begins_deferred += 1
             else:
-                self._begin(entry, prompt, sampling)
+                self._begin(entry, prompt, sampling, constraint)
 
-    def _begin(self, entry: ChainEntry, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
+    def _begin(self, entry: ChainEntry, prompt: np.ndarray, sampling: SamplingParams | None,
+               constraint: Constraint | None) -> None:
         """Begin one drafter, timing a model's catching up (kept across runs where a store is given)."""
         entry.deferred_begin = None
         if not self._prepared(entry):
             return
         before, start = cpu_times(), time.perf_counter()
-        self._guard(entry, "begin", entry.begin, prompt, sampling)
+        self._guard(entry, "begin", entry.begin, prompt, sampling, constraint)
         seconds = time.perf_counter() - start
         entry.stats.begin_ms += seconds * 1e3
         timed = entry.record.began(len(prompt), seconds if entry.drafter.uses_model else 0.0)
@@ -482,6 +487,8 @@ class DrafterChain:
             entry.record.timed_call(seconds, others_busy(before, cpu_times()))
         entry.stats.draft_ms += seconds * 1e3
         draft = self._validated(entry, result, n_max) if entry.disabled is None else None
+        if draft is not None and self.constraint is not None:
+            draft = _admissible(draft, self.constraint.admissible(draft.tokens))
         n_drafted = len(draft) if draft is not None else 0
         # What catching up on missed tokens took is priced apart (DrafterRecord.catching_up): in the call's cost
         # it made every later draft look dearer, so the model was held back longer, and caught up on more.
@@ -546,6 +553,14 @@ class DrafterChain:
             self._disable(entry, str(exc))
             return None
         return draft
+
+
+def _admissible(draft: Draft, k: int) -> Draft:
+    """``draft`` cut to its first ``k`` tokens, those the grammar allows; a distribution keeps the row of the
+    refuted token (Draft)."""
+    if k >= len(draft):
+        return draft
+    return Draft(draft.tokens[:k], None if draft.probs is None else draft.probs[:k + 1])
 
 
 class InvalidDraft(ValueError):

@@ -12,7 +12,7 @@ import inspect
 import os
 import pathlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
 
 import numpy as np
 
@@ -27,7 +27,8 @@ class Draft:
 
     ``probs[i]`` is the draft distribution q over the target's whole vocabulary at token i (shape
     ``(len(tokens), env.n_vocab)``, float32, summing to 1); rejection sampling uses it. ``None`` means the
-    drafter is deterministic (q is one-hot).
+    drafter is deterministic (q is one-hot). After the chain cuts a draft at a token the request's grammar
+    forbids, ``probs`` keeps that token's row: verification draws there as if it had rejected the token.
     """
 
     tokens: np.ndarray
@@ -42,6 +43,16 @@ class Draft:
 
 
 NO_DRAFT = Draft(np.empty(0, dtype=np.int32))
+
+
+class Constraint(Protocol):
+    """A request's grammar as drafters see it, at the committed position: read-only."""
+
+    def admissible(self, tokens: np.ndarray) -> int:
+        """How many leading ``tokens`` the grammar allows from here."""
+
+    def forced(self) -> np.ndarray:
+        """The tokens the grammar forces from here (int32; empty when it forces none)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +130,9 @@ class Drafter:
         """A new request starts with ``prompt``: reset per-request state. ``sampling`` is the target's sampling
         settings when the engine accepts drafts by rejection sampling (a drafter that samples its tokens then
         returns their distributions in ``Draft.probs``), None when it accepts by matching (greedy decoding, or
-        sample-and-match): then draft the likeliest tokens. A drafter may define ``begin(self, prompt)`` alone.
+        sample-and-match): then draft the likeliest tokens. A drafter may define ``begin(self, prompt)`` alone,
+        or ``begin(self, prompt, sampling, constraint)`` to be given the request's grammar (a ``Constraint``,
+        None when the output is free): the chain cuts every draft at its first forbidden token anyway.
         """
         self.sampling = sampling
 
@@ -146,7 +159,8 @@ class Drafter:
 
 _TOKENS = np.empty(0, dtype=np.int32)
 _CALLS = {   # how the chain calls each protocol method: (parameters, sample arguments) of each accepted form
-    "begin": (("prompt, sampling", (_TOKENS, None)), ("prompt", (_TOKENS,))),
+    "begin": (("prompt, sampling", (_TOKENS, None)), ("prompt", (_TOKENS,)),
+              ("prompt, sampling, constraint", (_TOKENS, None, None))),
     "draft": (("history, n_max", (_TOKENS, 1)),),
     "accept": (("n_accepted", (0,)),),
 }
@@ -161,15 +175,19 @@ def signature_problem(cls: type) -> str | None:
     return None
 
 
-def begin_takes_sampling(drafter: Drafter) -> bool:
-    """Whether ``drafter.begin`` has the two-argument form: those written with ``begin(prompt)`` are called so."""
-    return _binds(type(drafter), "begin", _CALLS["begin"][0][1])
+def begin_form(drafter: Drafter) -> int:
+    """How many arguments ``drafter.begin`` takes: 3 (with the constraint), 2, or 1 (``begin(prompt)``)."""
+    if _binds(type(drafter), "begin", _CALLS["begin"][2][1]):
+        return 3
+    return 2 if _binds(type(drafter), "begin", _CALLS["begin"][0][1]) else 1
 
 
 def begin_request(drafter: Drafter, prompt: np.ndarray, sampling: SamplingParams | None,
-                  takes_sampling: bool) -> None:
-    """Start a request in the form the drafter was written for (``takes_sampling``: begin_takes_sampling)."""
-    if takes_sampling:
+                  constraint: Constraint | None, form: int) -> None:
+    """Start a request in the form the drafter was written for (``form``: begin_form)."""
+    if form == 3:
+        drafter.begin(prompt, sampling, constraint)   # type: ignore[call-arg]
+    elif form == 2:
         drafter.begin(prompt, sampling)
     else:                                   # written when the chain set the attribute before begin(prompt)
         drafter.sampling = sampling

@@ -170,6 +170,8 @@ int32_t llama_vocab_n_tokens(const struct llama_vocab * vocab);
 const char * llama_vocab_get_text(const struct llama_vocab * vocab, llama_token token);
 bool llama_vocab_is_eog(const struct llama_vocab * vocab, llama_token token);
 bool llama_vocab_is_control(const struct llama_vocab * vocab, llama_token token);
+enum llama_token_attr { LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_USER_DEFINED, ... };
+enum llama_token_attr llama_vocab_get_attr(const struct llama_vocab * vocab, llama_token token);
 llama_token llama_vocab_bos(const struct llama_vocab * vocab);
 llama_token llama_vocab_eos(const struct llama_vocab * vocab);
 bool llama_vocab_get_add_bos(const struct llama_vocab * vocab);

@@ -189,6 +189,7 @@ class Vocab:
         self.add_bos: bool = bool(lib.llama_vocab_get_add_bos(handle))
         self.add_eos: bool = bool(lib.llama_vocab_get_add_eos(handle))
         self._piece_buf = self._ffi.new("char[]", 256)
+        self._grammar_tokenizer = None
 
     def incompatibility(self, draft: "Vocab") -> str | None:
         """Why ``draft`` cannot draft token ids for this (target) vocabulary, or None when it can.
@@ -232,6 +233,33 @@ class Vocab:
             n = self._lib.llama_token_to_piece(self._handle, token, buf, -n, 0, special)
             return self._ffi.unpack(buf, n)
         return self._ffi.unpack(self._piece_buf, n)
+
+    def grammar_tokenizer(self):
+        """This vocabulary as llguidance's ``LLTokenizer`` (made once per vocabulary, a pass over every token):
+        each token's bytes, control tokens and ``<...>`` user-defined ones marked special (llguidance's 0xFF
+        prefix, so that grammars name them as ``<[id]>`` and free text never spells them), libllama's own
+        tokenizer for the text a grammar forces, and every end-of-generation token as an EOS."""
+        if self._grammar_tokenizer is None:
+            from llguidance import LLTokenizer
+
+            lib, handle = self._lib, self._handle
+            special = lib.LLAMA_TOKEN_ATTR_CONTROL
+            user = lib.LLAMA_TOKEN_ATTR_USER_DEFINED
+            tokens, eog = [], []
+            for token in range(self.n_tokens):
+                data = self.piece(token, special=True)
+                attr = int(lib.llama_vocab_get_attr(handle, token))
+                if attr & special or (attr & user and data.startswith(b"<") and data.endswith(b">")):
+                    data = b"\xff" + data
+                tokens.append(data)
+                if lib.llama_vocab_is_eog(handle, token):
+                    eog.append(token)
+            address = self._ffi.cast("uintptr_t", handle)
+            tokenize = self._ffi.cast("uintptr_t", self._ffi.addressof(lib, "llama_tokenize"))
+            self._grammar_tokenizer = LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
+                tokens=tokens, vocab_ptr=int(address),
+                tokenize_fptr=int(tokenize), eos_token=eog or [self.eos], slices=None)
+        return self._grammar_tokenizer
 
     def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = True) -> np.ndarray:
         """Text (or UTF-8 bytes) -> int32 token ids; ``add_special`` adds BOS/EOS as the model asks,

@@ -19,8 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from specframe.serve.protocol import Answer, ChatCompletionRequest, CompletionRequest, error_body
+from specframe.serve.protocol import Answer, ChatCompletionRequest, CompletionRequest, FieldError, error_body
 from specframe.serve.scheduler import Accepted, Finished, Job, QueueFull, Rejected, Scheduler, Text
+from specframe.tool_calls import ToolCall, ToolCallStream
 
 
 def error(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
@@ -64,7 +65,13 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
         where = ".".join(str(part) for part in problem["loc"][1:]) or "body"
         if problem["type"] == "json_invalid":
             return error(400, f"the request body is not valid JSON: {problem['msg']}")
+        if problem["type"] == "extra_forbidden":
+            return error(400, f"{where}: not a field specframe serves", where, "unsupported_field")
         return error(400, f"{where}: {problem['msg']}", where, "invalid_value")
+
+    @app.exception_handler(FieldError)
+    async def field_error(_request: Request, exc: FieldError):
+        return error(400, str(exc), exc.field, "invalid_value")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException):
@@ -89,15 +96,20 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
 
     @app.post("/v1/chat/completions", dependencies=keyed)
     async def chat_completions(body: ChatCompletionRequest, request: Request):
-        job = Job([(m.role, m.text) for m in body.messages], None, body.options(), asyncio.get_running_loop())
-        return await answer(job, Answer(True, model_name), body.stream, body.include_usage, request)
+        options = body.options()
+        job = Job([m.as_template_input() for m in body.messages], None, options, asyncio.get_running_loop(),
+                  body.tool_request())
+        shape = Answer(True, model_name, logprobs=options["logprobs"] is not None)
+        return await answer(job, shape, body.stream, body.include_usage, request)
 
     @app.post("/v1/completions", dependencies=keyed)
     async def completions(body: CompletionRequest, request: Request):
         if isinstance(body.prompt, list) and len(body.prompt) != 1:
             return error(400, "prompt: only one prompt per request is served", "prompt", "invalid_value")
-        job = Job(None, body.text, body.options(), asyncio.get_running_loop())
-        return await answer(job, Answer(False, model_name), body.stream, body.include_usage, request)
+        options = body.options()
+        job = Job(None, body.text, options, asyncio.get_running_loop())
+        shape = Answer(False, model_name, logprobs=options["logprobs"] is not None)
+        return await answer(job, shape, body.stream, body.include_usage, request)
 
     async def answer(job: Job, shape: Answer, stream: bool, include_usage: bool, request: Request) -> Response:
         if not scheduler.ready.is_set():
@@ -110,6 +122,7 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
         if isinstance(first, Rejected):
             return error(first.status, first.message, first.param, first.code)
         assert isinstance(first, Accepted)
+        shape.markers = first.tool_call_markers
         if stream:
             return EventStream(sse(job, shape, include_usage), job.cancel)
         return await whole(job, shape, request)
@@ -137,7 +150,7 @@ async def whole(job: Job, shape: Answer, request: Request) -> Response:
     event = outcome[0]
     if isinstance(event, Rejected):
         return error(event.status, event.message, event.param, event.code)
-    return JSONResponse(shape.whole(event.result))
+    return JSONResponse(shape.whole(event.result, event.pieces.__getitem__))
 
 
 async def sse(job: Job, shape: Answer, include_usage: bool) -> AsyncIterator[str]:
@@ -145,11 +158,18 @@ async def sse(job: Job, shape: Answer, include_usage: bool) -> AsyncIterator[str
     statistics, the usage if asked for, then ``[DONE]``."""
     if shape.chat:
         yield _event(shape.first_chunk())
+    calls = ToolCallStream(shape.markers) if shape.markers is not None else None
     while True:
         event = await job.events.get()
         if isinstance(event, Text):
-            yield _event(shape.text_chunk(event.text))
+            if calls is None:
+                yield _event(shape.text_chunk(event.text, event.logprobs, event.pieces.__getitem__))
+                continue
+            for part in calls.feed(event.text):
+                yield _event(shape.call_chunk(part) if isinstance(part, ToolCall) else shape.text_chunk(part))
         elif isinstance(event, Finished):
+            for part in calls.finish() if calls is not None else []:
+                yield _event(shape.call_chunk(part) if isinstance(part, ToolCall) else shape.text_chunk(part))
             yield _event(shape.last_chunk(event.result))
             if include_usage:
                 yield _event(shape.usage_chunk(event.result))

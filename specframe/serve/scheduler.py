@@ -25,14 +25,18 @@ from typing import Callable
 
 import numpy as np
 
+from specframe.chat_template import ChatTemplate
 from specframe.config import Config
 from specframe.engine import Engine
-from specframe.errors import ParamError, SpecframeError
+from specframe.errors import ModelError, ParamError, SpecframeError
+from specframe.grammar import GrammarSpec
 from specframe.results import GenerationResult
-from specframe.sampling import SAMPLING_KEYS
+from specframe.sampling import SAMPLING_KEYS, TokenLogprob
 from specframe.sequence import Sequence
 from specframe.serve.metrics import Metrics
+from specframe.serve.protocol import ToolRequest
 from specframe.stats_text import format_stats
+from specframe.tool_grammar import call_grammar
 
 log = logging.getLogger("specframe.serve")
 
@@ -40,6 +44,7 @@ log = logging.getLogger("specframe.serve")
 @dataclass(frozen=True)
 class Accepted:
     n_prompt_tokens: int
+    tool_call_markers: tuple[str, str] | None = None   # how calls are written, where the request offered tools
 
 
 @dataclass(frozen=True)
@@ -53,11 +58,14 @@ class Rejected:
 @dataclass(frozen=True)
 class Text:
     text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)   # of the tokens behind it, when asked for
+    pieces: dict[int, bytes] = field(default_factory=dict)      # the bytes of the tokens those entries name
 
 
 @dataclass(frozen=True)
 class Finished:
     result: GenerationResult
+    pieces: dict[int, bytes] = field(default_factory=dict)   # the bytes of the tokens its log-probabilities name
 
 
 class QueueFull(SpecframeError):
@@ -68,10 +76,11 @@ class QueueFull(SpecframeError):
 class Job:
     """One request on its way through the engine thread."""
 
-    messages: list[tuple[str, str]] | None     # a chat, (role, text) each
+    messages: list[dict] | None                # a chat, as chat templates read its messages
     prompt: str | None                         # or a raw prompt
     options: dict                              # Engine.start's options
     loop: asyncio.AbstractEventLoop
+    tools: ToolRequest | None = None           # functions the model may call
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     arrived: float = field(default_factory=time.perf_counter)
     first_text: float | None = None
@@ -109,6 +118,7 @@ class Scheduler:
         self._waiting: collections.deque[tuple[Job, np.ndarray]] = collections.deque()
         self._active: dict[int, tuple[Job, Sequence]] = {}   # by slot
         self._last_used = [0.0] * slots
+        self._chat_template: _Template | None = None
 
     # --- the front end's side ---------------------------------------------------------------------------------
 
@@ -195,6 +205,8 @@ class Scheduler:
                 return False
             try:
                 tokens = self._tokens(engine, job)
+                if job.tools is not None:
+                    job.options["grammar"] = self._call_grammar(engine, job.tools)
                 engine.sampler({k: v for k, v in job.options.items() if k in SAMPLING_KEYS})
             except ParamError as exc:    # a setting the model cannot honour: a biased token it does not have
                 self._refuse(job, Rejected(400, str(exc), exc.key))
@@ -205,19 +217,31 @@ class Scheduler:
             except SpecframeError as exc:   # e.g. a chat template llama.cpp cannot apply
                 self._refuse(job, Rejected(400, str(exc), "messages" if job.messages is not None else "prompt"))
                 continue
-            job.send(Accepted(int(tokens.size)))
+            markers = self._template(engine).tool_call_markers if job.tools is not None else None  # type: ignore[union-attr]
+            job.send(Accepted(int(tokens.size), markers))
             self._waiting.append((job, tokens))
 
     def _tokens(self, engine: Engine, job: Job) -> np.ndarray:
         model, field_name = engine.model, "messages" if job.messages is not None else "prompt"
         if job.messages is not None:
-            if model.chat_template is None:
+            template = self._template(engine)
+            if template is None:
                 raise _Refusal(400, f"{model.path} has no chat template: use /v1/completions", "messages")
             messages = job.messages
             system = self.config.generation.system
-            if system and not any(role in ("system", "developer") for role, _ in messages):
-                messages = [("system", system), *messages]
-            text = model.apply_chat_template([("system" if r == "developer" else r, t) for r, t in messages])
+            if system and not any(m["role"] in ("system", "developer") for m in messages):
+                messages = [{"role": "system", "content": system}, *messages]
+            if job.tools is not None and template.tool_call_markers is None:
+                raise _Refusal(400, "tools: the model's chat template has no tool-call format specframe reads "
+                                    "(Hermes <tool_call> blocks)", "tools")
+            if isinstance(template, _LlamaTemplates):     # llama.cpp's built-in ones: no tools, no tool messages
+                if job.tools is not None or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
+                    raise _Refusal(400, "tools: jinja2 cannot render the model's chat template, so it cannot "
+                                        "show the model tools", "tools")
+                text = model.apply_chat_template([("system" if m["role"] == "developer" else m["role"],
+                                                   m["content"]) for m in messages])
+            else:
+                text = template.render(messages, job.tools.tools if job.tools is not None else None)
         else:
             text = job.prompt or ""
         tokens = engine.vocab.tokenize(text, add_special=True, parse_special=True)
@@ -228,6 +252,30 @@ class Scheduler:
             raise _Refusal(400, f"{field_name}: the prompt has {tokens.size} tokens, more than fit in the "
                                 f"context of {n_ctx} tokens per slot", field_name, "context_length_exceeded")
         return tokens
+
+    def _template(self, engine: Engine) -> _Template | None:
+        """The model's chat template, compiled once (None: the model has none)."""
+        source = engine.model.chat_template
+        if self._chat_template is None and source is not None:
+            vocab = engine.vocab
+            try:
+                bos, eos = (vocab.piece(t, special=True).decode(errors="replace") for t in (vocab.bos, vocab.eos))
+                self._chat_template = ChatTemplate(source, bos, eos)
+            except ModelError as exc:
+                log.warning("rendering chat prompts with llama.cpp's built-in templates, without tools: %s", exc)
+                self._chat_template = _LLAMA_TEMPLATES
+        return self._chat_template
+
+    def _call_grammar(self, engine: Engine, tools: ToolRequest) -> GrammarSpec:
+        """The grammar of the calls the model may write, in its chat template's format."""
+        template = self._template(engine)
+        assert template is not None and template.tool_call_markers is not None   # checked by _tokens
+        ids = [engine.vocab.tokenize(marker, add_special=False, parse_special=True)
+               for marker in template.tool_call_markers]
+        if any(len(marker) != 1 for marker in ids):
+            raise _Refusal(400, "tools: the model's vocabulary spells its tool-call markers in several tokens, "
+                                "which specframe cannot constrain", "tools")
+        return call_grammar(tools.functions, int(ids[0][0]), int(ids[1][0]), tools.required, tools.parallel)
 
     def _drop_cancelled(self, engine: Engine) -> None:
         for waiting in [w for w in self._waiting if w[0].cancelled]:
@@ -260,16 +308,17 @@ class Scheduler:
 
     def _send_text(self, job: Job, sequence: Sequence) -> None:
         text = "".join(sequence.take_text())
-        if text:
+        logprobs = sequence.take_logprobs()
+        if text or logprobs:
             job.first_text = job.first_text or time.perf_counter()
-            job.send(Text(text))
+            job.send(Text(text, logprobs, _pieces(sequence, logprobs)))
 
     def _end(self, engine: Engine, slot: int, reason: str | None = None) -> None:
         job, sequence = self._active.pop(slot)
         result = engine.finish(sequence, reason)
         self._last_used[slot] = time.perf_counter()
         self._send_text(job, sequence)
-        job.send(Finished(result))
+        job.send(Finished(result, _pieces(sequence, result.logprobs or [])))
         self._release()
         now = time.perf_counter()
         self.metrics.finished(result, job.first_text and job.first_text - job.arrived, now - job.arrived)
@@ -297,6 +346,22 @@ class Scheduler:
                 return
             if job is not None:
                 self._refuse(job, refusal)
+
+
+def _pieces(sequence: Sequence, entries: list[TokenLogprob]) -> dict[int, bytes]:
+    """The bytes of every token ``entries`` name, read on the engine thread (the only one that calls libllama)."""
+    tokens = {token for entry in entries for token in (entry.token, *(t for t, _ in entry.top))}
+    return {token: sequence.piece(token) for token in tokens}
+
+
+class _LlamaTemplates:
+    """Where jinja2 cannot render a model's template: llama.cpp's built-in ones, for plain conversations."""
+
+    tool_call_markers = None
+
+
+_LLAMA_TEMPLATES = _LlamaTemplates()
+_Template = ChatTemplate | _LlamaTemplates
 
 
 class _Refusal(Exception):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from specframe.drafting.chain import InvalidDraft, valid_draft
-from specframe.drafting.protocol import Drafter, DrafterEnv, begin_request, begin_takes_sampling
+from specframe.drafting.protocol import Drafter, DrafterEnv, begin_form, begin_request
 from specframe.plugins import _check_drafter_class
 from specframe.prefix import common_prefix
 from specframe.sampling import SamplingParams
@@ -202,7 +202,7 @@ class _Run:
             raise _SetAside from None
 
     def _begin(self, drafter: Drafter, prompt: np.ndarray, sampling: SamplingParams | None) -> None:
-        self._guarded("begin()", begin_request, drafter, _read_only(prompt), sampling, begin_takes_sampling(drafter))
+        self._guarded("begin()", begin_request, drafter, _read_only(prompt), sampling, None, begin_form(drafter))
 
     def _draft(self, drafter: Drafter, history: np.ndarray, n_max: int) -> tuple[np.ndarray, float]:
         """The draft's tokens, after checking it as the chain does and that the history was left alone, and the

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specframe.grammar import Constraint, GrammarSpec
 from specframe.llama import Segment
 from specframe.results import GenerationResult
 
@@ -62,10 +63,10 @@ class LosslessVerdict:
 
 
 def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Engine | None" = None,
-            tie: float = NEAR_TIE) -> LosslessVerdict:
+            tie: float = NEAR_TIE, grammar: "GrammarSpec | None" = None) -> LosslessVerdict:
     """Compare a greedy speculative run with a plain greedy run made with ``track_margins=True``. With the
     ``engine`` that made them, a divergence that is no near-tie is replayed (see the module's doc) when the
-    speculative run was traced too."""
+    speculative run was traced too; under the runs' ``grammar``, the replay chooses among what it allows."""
     if plain.margins is None:
         raise ValueError("the plain run needs track_margins=True")
     n = min(len(plain.tokens), len(speculative.tokens))
@@ -73,11 +74,11 @@ def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Eng
     if diverged is None:
         return LosslessVerdict(n, None, None, tie)
     margin = plain.margins[diverged]
-    replayed = margin >= tie and engine is not None and _replay_chooses(engine, speculative, diverged)
+    replayed = margin >= tie and engine is not None and _replay_chooses(engine, speculative, diverged, grammar)
     return LosslessVerdict(n, diverged, margin, tie, replayed)
 
 
-def _replay_chooses(engine: "Engine", run: GenerationResult, index: int) -> bool:
+def _replay_chooses(engine: "Engine", run: GenerationResult, index: int, grammar: "GrammarSpec | None") -> bool:
     """Evaluate the committed tokens (which equal plain decoding's up to ``index``) in the passes the speculative
     run made, each laid out as it was: this request's rejected drafts and the other sequences' segments hold
     placeholder tokens (the other sequences placeholder histories up to their positions), and this request's
@@ -105,8 +106,13 @@ def _replay_chooses(engine: "Engine", run: GenerationResult, index: int) -> bool
         logits = context.decode_batch(segments)[p.mine]
         seq, start, size, _ = p.layout[p.mine]
         if chosen + p.kept > index:
-            row = len(run.prompt) + index - 1 - start
-            return int(np.argmax(logits[row])) == run.tokens[index]
+            row = logits[len(run.prompt) + index - 1 - start]
+            if grammar is not None:
+                constraint = Constraint(grammar, engine.vocab)
+                for token in run.tokens[:index]:
+                    constraint.advance(token)
+                row = constraint.masked(row)
+            return int(np.argmax(row)) == run.tokens[index]
         chosen += p.kept
         for other_seq, other_start, other_size, _ in p.layout:
             held[other_seq] = other_start + other_size
