@@ -10,17 +10,19 @@ Why llguidance (docs/design.md, constrained generation): its matcher checks a to
 position needs the whole vocabulary's mask only where the target's best token is forbidden, and it computes a
 mask over Qwen's 152k tokens in well under a millisecond where libllama's grammar sampler walks every candidate.
 
-A lazy grammar (``triggers``) constrains nothing until one of its trigger tokens is emitted, then the rest of the
-output: a tool call's arguments are held to the function's schema from the token that opens the call.
+A lazy grammar constrains nothing until a trigger token is emitted or a pattern matches the output's start, then
+the rest of the output: a tool call's arguments are held to the function's schema from the call's opening on.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import pathlib
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -43,12 +45,13 @@ class GrammarError(SpecframeError):
 
 @dataclass(frozen=True)
 class GrammarSpec:
-    """What constrains an output: ``text`` of a ``kind`` (GRAMMAR_KINDS); ``triggers``: token ids that start it
-    (a lazy grammar), none to constrain from the first token."""
+    """What constrains an output: ``text`` of a ``kind`` (GRAMMAR_KINDS); ``triggers`` (token ids) or ``pattern``
+    make it lazy (Constraint), neither constrains from the first token."""
 
     kind: str
     text: str
     triggers: tuple[int, ...] = ()
+    pattern: str = ""          # or a regular expression searched in the output's first bytes that starts it
 
     @classmethod
     def json_schema(cls, schema: Any) -> "GrammarSpec":
@@ -115,52 +118,80 @@ def _read(directory: pathlib.Path, name: str) -> str:
         raise GrammarError(f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
 
 
+PATTERN_WINDOW = 512   # bytes at the start of an output in which a trigger pattern is looked for
+
+
 class Constraint:
     """One sequence's grammar state: it advances on the tokens the target emits, and answers, at the current
     position, whether a token is allowed (``allows``), the allowed set (``masked``), how much of a draft is
-    (``admissible``) and what the grammar forces next (``forced``)."""
+    (``admissible``) and what the grammar forces next (``forced``).
+
+    A lazy grammar allows everything until a trigger: one of its trigger tokens, or its pattern matching the
+    output's start. The grammar then holds the output from the token that triggered it (or the one where the
+    pattern's match begins) on; should those tokens not fit it, the output stays free."""
 
     def __init__(self, spec: GrammarSpec, vocab: "Vocab"):
+        self.spec = spec
+        self._vocab = vocab
+        self._source = spec.source()
+        self._matcher = self._new_matcher()
+        self._watch: _Watch | None = None
+        if spec.triggers or spec.pattern:
+            self._watch = _Watch(frozenset(spec.triggers), re.compile(spec.pattern.encode()) if spec.pattern else None,
+                                 lambda token: vocab.piece(token, special=True))
+
+    @property
+    def active(self) -> bool:
+        return self._watch is None
+
+    def _new_matcher(self):
         from llguidance import LLMatcher
 
-        self.spec = spec
-        self._matcher = LLMatcher(vocab.grammar_tokenizer(), spec.source(), log_level=0)
-        if self._matcher.is_error():
-            raise GrammarError(_one_line(self._matcher.get_error()))
-        self._n_vocab = vocab.n_tokens
-        self._triggers = frozenset(spec.triggers)
-        self.active = not self._triggers     # a lazy grammar waits for a trigger token
+        matcher = LLMatcher(self._vocab.grammar_tokenizer(), self._source, log_level=0)
+        if matcher.is_error():
+            raise GrammarError(_one_line(matcher.get_error()))
+        return matcher
 
     def admissible(self, tokens: np.ndarray) -> int:
         """How many leading ``tokens`` the grammar allows from here."""
         ids = [int(t) for t in tokens]
-        if self.active:
+        if self._watch is None:
             return self._matcher.validate_tokens(ids)
+        watch = self._watch.copy()
         for i, token in enumerate(ids):
-            if token in self._triggers:
-                return i + 1 + self._matcher.validate_tokens(ids[i + 1:])
+            held = watch.push(token)
+            if held is not None:
+                matcher = self._new_matcher()
+                if not matcher.consume_tokens(held):
+                    return len(ids)      # the trigger's text does not fit: the output stays free
+                return i + 1 + matcher.validate_tokens(ids[i + 1:])
         return len(ids)
 
     def allows(self, token: int) -> bool:
-        return not self.active or self._matcher.validate_tokens([token]) == 1
+        return self._watch is not None or self._matcher.validate_tokens([token]) == 1
 
     def masked(self, row: np.ndarray) -> np.ndarray:
         """``row`` of logits with every token the grammar forbids here at -inf."""
-        if not self.active:
+        if self._watch is not None:
             return row
         bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
         return np.where(bits[:row.size].view(bool), row, np.float32(-np.inf))
 
     def advance(self, token: int) -> None:
         """The target emitted ``token``."""
-        if self.active:
+        if self._watch is None:
             self._matcher.consume_token(token)
-        elif token in self._triggers:
-            self.active = True
+            return
+        held = self._watch.push(token)
+        if held is not None:
+            if self._matcher.consume_tokens(held):
+                self._watch = None
+            else:
+                self._watch.stop()
 
     def forced(self) -> np.ndarray:
         """The tokens the grammar forces from here (none while a lazy grammar waits)."""
-        if not self.active or self._matcher.is_stopped():
+        if self._watch is not None or self._matcher.is_stopped():
             return NO_TOKENS
         return np.asarray(self._matcher.compute_ff_tokens(), dtype=np.int32)
 
@@ -168,6 +199,45 @@ class Constraint:
     def failed(self) -> str | None:
         """Why the matcher stopped matching (a token was forced past it), or None."""
         return _one_line(self._matcher.get_error()) if self._matcher.is_error() else None
+
+
+class _Watch:
+    """What a lazy grammar waits for: ``push`` each emitted token; it returns the tokens the grammar is to hold
+    (from the triggering one on) once triggered, else None."""
+
+    def __init__(self, triggers: frozenset[int], pattern: re.Pattern | None, piece: Callable[[int], bytes]):
+        self.triggers, self.pattern, self.piece = triggers, pattern, piece
+        self.tokens: list[int] = []      # the output so far, while the pattern may still match it
+        self.starts: list[int] = []      # where each of those tokens' bytes begin
+        self.text = b""
+        self.stopped = False             # triggered once and did not fit: the output stays free
+
+    def copy(self) -> "_Watch":
+        other = _Watch(self.triggers, self.pattern, self.piece)
+        other.tokens, other.starts, other.text, other.stopped = list(self.tokens), list(self.starts), self.text, \
+            self.stopped
+        return other
+
+    def stop(self) -> None:
+        self.stopped, self.pattern, self.tokens, self.starts, self.text = True, None, [], [], b""
+
+    def push(self, token: int) -> list[int] | None:
+        if self.stopped:
+            return None
+        if token in self.triggers:
+            return [token]
+        if self.pattern is None:
+            return None
+        self.tokens.append(token)
+        self.starts.append(len(self.text))
+        self.text += self.piece(token)
+        match = self.pattern.search(self.text)
+        if match is not None:
+            first = bisect.bisect_right(self.starts, match.start()) - 1
+            return self.tokens[first:]
+        if len(self.text) > PATTERN_WINDOW:
+            self.pattern, self.tokens, self.starts, self.text = None, [], [], b""
+        return None
 
 
 def _one_line(problem: object) -> str:

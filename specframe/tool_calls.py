@@ -11,7 +11,9 @@ reaches the user either way.
 from __future__ import annotations
 
 import json
+import re
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,10 +56,26 @@ def parse_call(body: str) -> ToolCall | None:
     return ToolCall(new_call_id(), value["name"], json.dumps(arguments, ensure_ascii=False))
 
 
-def split_tool_calls(text: str, markers: tuple[str, str]) -> tuple[str | None, list[ToolCall]]:
+_BARE_CALL = re.compile(r"\A\s*(?:```(?:json)?\s*)?(\{.*\})\s*(?:```)?\s*\Z", re.S)
+
+
+def bare_call(text: str, names: Collection[str]) -> ToolCall | None:
+    """The call an answer is when it is nothing but a call's JSON object naming one of ``names``, bare or in a
+    code fence: how small models often write one, ignoring their template's markers."""
+    match = _BARE_CALL.match(text) if names else None
+    call = parse_call(match[1]) if match else None
+    return call if call is not None and call.name in names else None
+
+
+def split_tool_calls(text: str, markers: tuple[str, str],
+                     names: Collection[str] = ()) -> tuple[str | None, list[ToolCall]]:
     """(content, calls) of a whole answer. The content is the text outside the calls (before, between and after
     them; blocks that are not calls included), stripped; None when it is empty and there are calls, as OpenAI
-    answers. A call left open at the end (the model stopped after its JSON) counts where its JSON is complete."""
+    answers. A call left open at the end (the model stopped after its JSON) counts where its JSON is complete. An
+    answer that is a bare call to one of ``names`` (``bare_call``) is that call."""
+    bare = bare_call(text, names)
+    if bare is not None:
+        return None, [bare]
     opening, closing = markers
     content: list[str] = []
     calls: list[ToolCall] = []
@@ -92,8 +110,10 @@ class ToolCallStream:
     ``split_tool_calls``'s (or "" for its None), and the calls are the same, in order, for any split into pieces.
     """
 
-    def __init__(self, markers: tuple[str, str]):
+    def __init__(self, markers: tuple[str, str], names: Collection[str] = ()):
         self.opening, self.closing = markers
+        self._names = names
+        self._maybe_bare: str | None = "" if names else None   # the answer so far, while it may be a bare call
         self._buffer = ""          # text not yet given: a possible marker start, or the open call's body
         self._in_call = False
         self._scanned = 0          # how much of an open call's body holds no closing marker
@@ -102,6 +122,12 @@ class ToolCallStream:
 
     def feed(self, piece: str) -> list[str | ToolCall]:
         """What can be given after ``piece``: content text and completed calls, in order."""
+        if self._maybe_bare is not None:       # held whole while it may be a bare call (bare_call)
+            self._maybe_bare += piece
+            first = self._maybe_bare.lstrip()[:1]
+            if not first or first in "`{":
+                return []
+            piece, self._maybe_bare = self._maybe_bare, None
         events: list[str | ToolCall] = []
         self._buffer += piece
         while True:
@@ -128,6 +154,12 @@ class ToolCallStream:
     def finish(self) -> list[str | ToolCall]:
         """What is left at the end of the answer: a call left open counts where its JSON is complete; the rest is
         content (but trailing whitespace)."""
+        if self._maybe_bare is not None:
+            answer, self._maybe_bare = self._maybe_bare, None
+            bare = bare_call(answer, self._names)
+            if bare is not None:
+                return [bare]
+            return self.feed(answer) + self.finish()
         events: list[str | ToolCall] = []
         if self._in_call:
             self._close_call(self._buffer, "", events)

@@ -94,8 +94,9 @@ def test_a_constraint_answers_admissibility_masks_and_forced_tokens(engine):
 
 
 def test_a_lazy_grammar_waits_for_its_trigger(engine):
-    trigger = int(engine.vocab.tokenize("@", add_special=False)[0])
-    constraint = Constraint(GrammarSpec("regex", "[0-9]+", (trigger,)), engine.vocab)
+    trigger = int(engine.vocab.tokenize("x@", add_special=False)[-1])
+    assert engine.vocab.piece(trigger) == b"@"
+    constraint = Constraint(GrammarSpec("regex", "@[0-9]+", (trigger,)), engine.vocab)   # held from the trigger on
     free = engine.vocab.tokenize("any text", add_special=False)
     assert constraint.admissible(free) == len(free) and constraint.forced().size == 0
     digits, letters = (engine.vocab.tokenize(t, add_special=False)[1:] for t in ("x12", "xab"))   # no word start
@@ -104,6 +105,19 @@ def test_a_lazy_grammar_waits_for_its_trigger(engine):
     for token in np.concatenate([free, [trigger]]):
         constraint.advance(int(token))
     assert constraint.active and not constraint.allows(int(letters[0]))
+
+
+def test_a_pattern_at_the_start_triggers_a_grammar_over_the_text_it_matched(engine):
+    spell = lambda text: engine.vocab.tokenize("x" + text, add_special=False)[1:]   # noqa: E731 - no word start
+    spec = GrammarSpec("lark", 'start: /[^{]*/ "{" /[0-9]+/ "}"', pattern=r"\A\s*(?:```\s*)?\{[0-9]")
+    constraint = Constraint(spec, engine.vocab)
+    assert constraint.admissible(spell("some {x} text")) == len(spell("some {x} text"))   # not at the start
+    opening, rest = spell("``` {1"), spell("2}")
+    n = constraint.admissible(np.concatenate([opening, rest, spell("x")]))
+    assert n == len(opening) + len(rest)           # the grammar holds from the fence on, and ends at the brace
+    for token in opening:
+        constraint.advance(int(token))
+    assert constraint.active and not constraint.allows(int(spell("x")[0]))
 
 
 def test_log_probabilities_of_drafted_tokens_are_plain_decodings(engine):

@@ -3,6 +3,7 @@
 import json
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,3 +119,26 @@ def test_streamed_equals_split_on_arbitrary_text_one_character_at_a_time(text):
     streamed_content, streamed_calls = streamed(list(text))
     assert streamed_content == (content or "")
     assert calls_of(streamed_calls) == calls_of(calls)
+
+
+BARE = '```json\n{\n  "name": "get_weather",\n  "arguments": {"city": "Paris"}\n}\n```\n'
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(BARE)), max_size=6))
+def test_an_answer_that_is_a_bare_call_is_a_call_streamed_or_not(cuts):
+    content, calls = split_tool_calls(BARE, MARKERS, ["get_weather"])
+    assert content is None and [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather",
+                                                                                        {"city": "Paris"})]
+    stream = ToolCallStream(MARKERS, ["get_weather"])
+    bounds = sorted(set(cuts) | {0, len(BARE)})
+    events = [e for a, b in zip(bounds, bounds[1:]) for e in stream.feed(BARE[a:b])] + stream.finish()
+    assert [(e.name, e.arguments) for e in events] == [(c.name, c.arguments) for c in calls]
+
+
+@pytest.mark.parametrize("text", ['{"name": "get_time", "arguments": {}}', "```json\n[1, 2]\n```",
+                                  'Call it: {"name": "get_weather", "arguments": {}}'])
+def test_json_that_is_not_a_bare_call_to_an_offered_function_stays_content(text):
+    assert split_tool_calls(text, MARKERS, ["get_weather"]) == (text.strip(), [])
+    stream = ToolCallStream(MARKERS, ["get_weather"])
+    events = stream.feed(text) + stream.finish()
+    assert "".join(e for e in events if isinstance(e, str)) == text.strip()

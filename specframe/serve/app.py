@@ -96,10 +96,10 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
 
     @app.post("/v1/chat/completions", dependencies=keyed)
     async def chat_completions(body: ChatCompletionRequest, request: Request):
-        options = body.options()
-        job = Job([m.as_template_input() for m in body.messages], None, options, asyncio.get_running_loop(),
-                  body.tool_request())
-        shape = Answer(True, model_name, logprobs=options["logprobs"] is not None)
+        options, tools = body.options(), body.tool_request()
+        job = Job([m.as_template_input() for m in body.messages], None, options, asyncio.get_running_loop(), tools)
+        shape = Answer(True, model_name, logprobs=options["logprobs"] is not None,
+                       tool_names=tuple(f["name"] for f in tools.functions) if tools is not None else ())
         return await answer(job, shape, body.stream, body.include_usage, request)
 
     @app.post("/v1/completions", dependencies=keyed)
@@ -158,7 +158,7 @@ async def sse(job: Job, shape: Answer, include_usage: bool) -> AsyncIterator[str
     statistics, the usage if asked for, then ``[DONE]``."""
     if shape.chat:
         yield _event(shape.first_chunk())
-    calls = ToolCallStream(shape.markers) if shape.markers is not None else None
+    calls = ToolCallStream(shape.markers, shape.tool_names) if shape.markers is not None else None
     while True:
         event = await job.events.get()
         if isinstance(event, Text):

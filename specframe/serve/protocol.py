@@ -186,7 +186,7 @@ class ChatCompletionRequest(_Request):
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool = False             # llama-server's default: small models repeat calls otherwise
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
@@ -276,11 +276,13 @@ class Answer:
     """The response objects of one request, OpenAI's chat or completion shape, as a whole or as stream chunks.
     With tool-call ``markers`` (the request offered tools), calls in the text become ``tool_calls``."""
 
+
     def __init__(self, chat: bool, model: str, markers: tuple[str, str] | None = None,
-                 logprobs: bool = False):
+                 logprobs: bool = False, tool_names: tuple[str, ...] = ()):
         self.chat = chat
         self.model = model
         self.markers = markers
+        self.tool_names = tool_names      # the functions offered: an answer that is a bare call to one is a call
         self.logprobs = logprobs
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
@@ -298,7 +300,7 @@ class Answer:
         if self.chat:
             message: dict = {"role": "assistant", "content": result.text}
             if self.markers is not None:
-                content, calls = split_tool_calls(result.text, self.markers)
+                content, calls = split_tool_calls(result.text, self.markers, self.tool_names)
                 message["content"] = content
                 if calls:
                     message["tool_calls"] = [call.as_openai() for call in calls]
