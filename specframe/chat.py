@@ -38,23 +38,23 @@ PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}
 class Template:
     """How the conversation becomes prompt text: the model's chat template, or the plain fallback."""
 
-    def __init__(self, model):
-        self._model = model
-        self.plain = model.chat_template is None or not _applies(model)
+    def __init__(self, engine: Engine):
+        self._engine = engine
+        self.plain = engine.model.chat_template is None or not _applies(engine)
         self.stops = ["\nUser:"] if self.plain else []
 
     def render(self, messages: list[tuple[str, str]]) -> str:
         """The prompt for the assistant's next answer."""
         if not self.plain:
-            return self._model.apply_chat_template(messages)
+            return self._engine.chat_prompt([{"role": role, "content": text} for role, text in messages])
         # An answer goes back as the model wrote it after "Assistant:", so that its tokens are found in memory.
         return "".join(f"{PLAIN_ROLES[role]}:{text if role == 'assistant' else ' ' + text}\n"
                        for role, text in messages) + "Assistant:"
 
 
-def _applies(model) -> bool:
+def _applies(engine: Engine) -> bool:
     try:
-        model.apply_chat_template([("user", "hello")])
+        engine.chat_prompt([{"role": "user", "content": "hello"}])
     except ModelError:
         return False
     return True
@@ -69,7 +69,7 @@ class Chat:
         self.signals = signals
         self.system = system
         self.options = options
-        self.template = Template(engine.model)
+        self.template = Template(engine)
         self.stops = [*engine.config.generation.stop, *self.template.stops]
         self.turns: list[tuple[str, str]] = []    # (role, text): user and assistant in turn
         self.attached: list[str] = []             # files read for the next message

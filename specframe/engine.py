@@ -11,6 +11,7 @@ sequence per slot.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -21,6 +22,7 @@ from typing import Sequence as Sequence_
 import numpy as np
 
 from specframe.calibration import Calibration
+from specframe.chat_template import ChatTemplate
 from specframe.config import Config, load_config
 from specframe.drafting import NO_DRAFT, Drafter, DrafterChain, DrafterEnv
 from specframe.drafting.configured import ConfiguredDrafters
@@ -36,6 +38,7 @@ from specframe.prefix import common_prefix
 from specframe.results import Generation, GenerationResult, RequestStats
 from specframe.sampling import ACCEPTANCE_MODES, SAMPLING_KEYS, TokenSampler, log_probabilities, verify
 from specframe.sequence import Sequence
+from specframe.tool_grammar import call_grammar
 from specframe.trace import Trace
 
 __all__ = ["Engine", "Generation", "GenerationResult", "RequestStats"]
@@ -101,13 +104,58 @@ class Engine:
 
     # --- requests -------------------------------------------------------------------------------------------
 
-    def prompt_tokens(self, prompt: str, raw: bool = False) -> np.ndarray:
-        """The token ids of a user prompt: wrapped in the model's chat template unless ``raw``."""
+    def prompt_tokens(self, prompt: str, raw: bool = False, tools: list[dict] | None = None) -> np.ndarray:
+        """The token ids of a user prompt: wrapped in the model's chat template unless ``raw``, with the [generation]
+        system prompt and the ``tools`` offered (OpenAI's tool objects)."""
         text = prompt
         if not raw and self.model.chat_template is not None:
-            messages = ([("system", self.config.generation.system)] if self.config.generation.system else [])
-            text = self.model.apply_chat_template(messages + [("user", prompt)])
+            text = self.chat_prompt([{"role": "user", "content": prompt}], tools)
         return self.vocab.tokenize(text, add_special=True, parse_special=True)
+
+    @functools.cached_property
+    def chat_template(self) -> ChatTemplate | None:
+        """The model's own Jinja chat template, compiled once: None where the model has none, or where jinja2
+        cannot compile it (llama.cpp's built-in templates then render plain conversations)."""
+        source = self.model.chat_template
+        if source is None:
+            return None
+        vocab = self.vocab
+        bos, eos = (vocab.piece(t, special=True).decode(errors="replace") for t in (vocab.bos, vocab.eos))
+        try:
+            return ChatTemplate(source, bos, eos)
+        except ModelError as exc:
+            log.warning("chat prompts use llama.cpp's built-in templates, without tools: %s", exc)
+            return None
+
+    def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """The prompt text of a conversation (OpenAI chat messages as dicts) for the assistant's next answer, with
+        the [generation] system prompt unless the conversation has one. ModelError: the model has no chat
+        template; ParamError: ``tools`` (or tool messages) where only llama.cpp's built-in templates apply."""
+        system = self.config.generation.system
+        if system and not any(m["role"] in ("system", "developer") for m in messages):
+            messages = [{"role": "system", "content": system}, *messages]
+        template = self.chat_template
+        if template is not None:
+            return template.render(messages, tools)
+        if tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
+            raise ParamError("tools", "jinja2 cannot render the model's chat template, so it cannot show the model "
+                                      "tools")
+        return self.model.apply_chat_template([("system" if m["role"] == "developer" else m["role"], m["content"])
+                                               for m in messages])
+
+    def tool_grammar(self, functions: list[dict], required: bool, parallel: bool) -> GrammarSpec:
+        """The grammar of calls to ``functions`` in the format the model's chat template writes them (a ParamError
+        names ``tools`` where specframe cannot read it)."""
+        template = self.chat_template
+        markers = template.tool_call_markers if template is not None else None
+        if markers is None:
+            raise ParamError("tools", "the model's chat template has no tool-call format specframe reads (Hermes "
+                                      "<tool_call> blocks)")
+        ids = [self.vocab.tokenize(marker, add_special=False, parse_special=True) for marker in markers]
+        if any(len(marker) != 1 for marker in ids):
+            raise ParamError("tools", "the model's vocabulary spells its tool-call markers in several tokens, which "
+                                      "specframe cannot constrain")
+        return call_grammar(functions, int(ids[0][0]), int(ids[1][0]), required, parallel)
 
     def generate(self, prompt: str | Sequence_[int] | np.ndarray, **options) -> GenerationResult:
         generation = self.stream(prompt, **options)

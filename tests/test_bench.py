@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specframe.bench.oracle import OracleDrafter, settled_reference
-from specframe.bench.workloads import BUILTIN, workload, workloads
+from specframe.bench.workloads import BUILTIN, STRUCTURED, workload, workloads
 from specframe.errors import SpecframeError
 from specframe.testing import fake_env
 
@@ -49,6 +49,16 @@ def test_built_in_workloads_are_real_prompts_with_budgets(tmp_path):
     (tmp_path / "empty.txt").write_text("  ")
     with pytest.raises(SpecframeError, match="empty"):
         workload(str(tmp_path / "empty.txt"))
+
+
+def test_structured_workloads_hold_their_answers_to_a_schema_or_to_tools():
+    extraction, call = workload("json-extraction"), workload("tool-call")
+    assert list(STRUCTURED) == ["json-extraction", "tool-call"]
+    assert "json-extraction" not in [w.name for w in workloads()]      # not in the default set
+    assert len(extraction.schema["required"]) == 14 and extraction.tools is None
+    assert call.schema is None and [t["function"]["name"] for t in call.tools][0] == "book_room"
+    for field in ("Stornhaven", "1,850", "2031"):
+        assert field in extraction.prompt
 
 
 def test_the_oracle_drafts_its_longest_paying_cut_from_the_first_step():

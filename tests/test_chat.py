@@ -12,7 +12,7 @@ import pytest
 from chains import COPYING_DRAFTERS
 
 from specframe.chat import Template
-from specframe.llama import Model
+from specframe.engine import Engine
 from specframe.testing.synthetic import write_synthetic_model
 
 STATS = re.compile(r"(\d+) tokens, [\d.]+ tokens/s \| prompt: (\d+) evaluated, (\d+) reused .*?"
@@ -171,8 +171,10 @@ def test_the_system_prompt_and_the_plain_template(config, tmp_path):
     ended(child)
     assert with_system["evaluated"] > without["evaluated"]
 
-    with Model(write_synthetic_model(tmp_path / "base.gguf", chat_template=None), vocab_only=True) as base:
-        plain = Template(base)
+    base = tmp_path / "base.toml"
+    base.write_text(f'[target]\nmodel = "{write_synthetic_model(tmp_path / "base.gguf", chat_template=None)}"\n')
+    with Engine.from_config(base) as engine:
+        plain = Template(engine)
         assert plain.plain and plain.stops == ["\nUser:"]
         assert (plain.render([("system", "Be terse."), ("user", "hi"), ("assistant", " hello"), ("user", "bye")])
                 == "System: Be terse.\nUser: hi\nAssistant: hello\nUser: bye\nAssistant:")

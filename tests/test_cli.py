@@ -81,6 +81,22 @@ def test_run_notes_token_mapping_in_the_statistics(write_config, target_path, sh
     assert "(token mapping: token " in result.stderr and " differs " in result.stderr
 
 
+def test_run_holds_its_output_to_a_json_schema_or_a_grammar_given_as_flags(config, tmp_path, monkeypatch):
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type": "object", "properties": {"n": {"type": "integer", "maximum": 99}}, "required": ["n"], '
+                      '"additionalProperties": false}')
+    monkeypatch.chdir(tmp_path)          # a file named on the command line is the shell's, not the config's
+    for flags in (["-j", "schema.json"], ["--json-schema", schema.read_text()]):
+        result = run("run", "--config", str(config), "--prompt", "the quick brown fox", "--raw", "--json", *flags)
+        assert result.exit_code == 0, result.output
+        assert list(json.loads(json.loads(result.stdout)["text"])) == ["n"]
+    result = run("run", "--config", str(config), "--prompt", "the quick brown fox", "--raw", "--json",
+                 "--grammar", 'root ::= "yes" | "no"')
+    assert json.loads(result.stdout)["text"] in ("yes", "no")
+    result = CliRunner().invoke(main, ["run", "--config", str(config), "-p", "x", "--grammar", "root ::= ("])
+    assert result.exit_code != 0 and "sampling.grammar" in result.output and "Traceback" not in result.output
+
+
 def test_run_options_override_the_config(config, tmp_path):
     prompt = tmp_path / "p.txt"
     prompt.write_text("the quick brown fox")
@@ -185,6 +201,16 @@ def test_bench_measures_every_strategy_against_plain_and_the_oracle(config, tmp_
     pricing = json.loads(out.read_text())["pass_cost"]              # what priced them, stated
     assert pricing["seconds"] == {} and "modeled: no pass-cost table (fixed draft lengths)" in result.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_holds_a_structured_workload_to_its_schema(config, tmp_path):
+    out = tmp_path / "bench.json"
+    result = run("bench", "--config", str(config), "-w", "json-extraction", "-n", "24", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["strategy"] for r in rows} == {"plain", "prompt-lookup", "draft-model", "chain", "oracle"}
+    assert all(r["workload"] == "json-extraction" and r["tokens"] == 24 for r in rows)
+    assert all(r["lossless"] == "identical" for r in rows if r["strategy"] != "plain")
 
 
 def test_bench_names_an_unknown_workload(config):

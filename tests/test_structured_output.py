@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 from typing import Literal
 
 import openai
@@ -18,6 +19,7 @@ from specframe.testing.lossless import compare
 
 pytestmark = pytest.mark.real_model
 REPO = pathlib.Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text()
 
 PARAGRAPH = ("Ada Lovelace (1815-1852) was an English mathematician and writer, chiefly known for her work on "
              "Charles Babbage's proposed Analytical Engine. She was the first to recognise that the machine had "
@@ -152,3 +154,14 @@ def test_an_unknown_field_is_refused_by_the_real_server(server):
     with pytest.raises(openai.BadRequestError) as caught:
         server.client().chat.completions.create(model=server.model, messages=ASK, extra_body={"mirostat": 2})
     assert caught.value.param == "mirostat"
+
+
+def test_the_readme_s_examples_run_as_written(server, capsys):
+    section = README.split("## Structured output and tools")[1].split("\n## ")[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(block.replace("http://127.0.0.1:8080/v1", server.url + "/v1"), {})
+    printed = capsys.readouterr().out
+    assert "name='Marten Kell'" in printed and "crew=22" in printed
+    assert "get_weather" in printed and '"city": "Paris"' in printed

@@ -22,6 +22,7 @@ from specframe.config import Config
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
+from specframe.grammar import GrammarSpec
 from specframe.results import Generation, GenerationResult
 from specframe.testing.lossless import compare
 
@@ -77,14 +78,15 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
         cost = PassCost(table, per_position=per_position, depth=depth)
         rows = []
         for workload in workloads:
-            prompt = processes[PLAIN].call("tokenize", workload.prompt)
+            prompt = processes[PLAIN].call("tokenize", workload.prompt, workload.tools)
+            held = (workload.schema, workload.tools)
             runs: dict[str, list[GenerationResult]] = {name: [] for name in names}
             peaks = dict.fromkeys(names, 0.0)
-            reference = processes[ORACLE].call("settle", prompt, workload.max_tokens)   # oracle.py
+            reference = processes[ORACLE].call("settle", prompt, workload.max_tokens, held)   # oracle.py
             for round_number in range(repeat):
                 for name in names:
                     processes[name].call("begin", prompt, workload.max_tokens,
-                                         reference if name == ORACLE else None)
+                                         reference if name == ORACLE else None, held)
                 running = _turns(names, round_number)
                 while running:
                     for name in list(running):
@@ -95,7 +97,7 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
                             peaks[name] = max(peaks[name], peak)
                             running.remove(name)
                             progress(f"{workload.name}: {name}")
-            verdicts = {name: processes[PLAIN].call("compare", runs[PLAIN][0], results[0])
+            verdicts = {name: processes[PLAIN].call("compare", runs[PLAIN][0], results[0], held)
                         for name, results in runs.items() if name != PLAIN}
             rows += _rows(workload.name, runs, peaks, verdicts, cost)
         return rows, cost
@@ -161,11 +163,11 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
     run = MeasuredRun(engine, strategy)
     handlers: dict[str, Callable[..., Any]] = {
         "ready": lambda: True,
-        "tokenize": engine.prompt_tokens,
+        "tokenize": lambda prompt, tools: engine.prompt_tokens(prompt, tools=tools),
         "begin": run.begin,
         "advance": run.advance,
-        "settle": lambda prompt, max_tokens: _settled(engine, prompt, max_tokens),
-        "compare": lambda plain, result: _lossless(plain, result, engine),
+        "settle": lambda prompt, max_tokens, held: _settled(engine, prompt, max_tokens, grammar_of(engine, *held)),
+        "compare": lambda plain, result, held: _lossless(plain, result, engine, grammar_of(engine, *held)),
         "pass_cost": lambda: ((engine.pass_cost.measured, engine.pass_cost.per_position, engine.pass_cost.depth)
                               if engine.pass_cost is not None else ({}, 0.0, 0)),
     }
@@ -180,14 +182,23 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _settled(engine: Engine, prompt: np.ndarray, max_tokens: int) -> list[int]:
+def grammar_of(engine: Engine, schema: dict | None, tools: list | None) -> GrammarSpec | None:
+    """What a workload's answer is held to: its JSON schema, or calls to its tools (tool_choice auto)."""
+    if schema is not None:
+        return GrammarSpec.json_schema(schema)
+    if tools is not None:
+        return engine.tool_grammar([tool["function"] for tool in tools], required=False, parallel=False)
+    return None
+
+
+def _settled(engine: Engine, prompt: np.ndarray, max_tokens: int, grammar: GrammarSpec | None) -> list[int]:
     """The oracle's reference for a workload, settled from plain greedy decoding's reply (oracle.py), in untimed
     runs."""
-    reply = np.asarray(engine.generate(prompt, speculative=False, max_tokens=max_tokens, temperature=0.0).tokens,
-                       dtype=np.int32)
+    reply = np.asarray(engine.generate(prompt, speculative=False, max_tokens=max_tokens, temperature=0.0,
+                                       grammar=grammar).tokens, dtype=np.int32)
     return settled_reference(lambda known: np.asarray(engine.generate(
-        prompt, chain=oracle_chain(engine, prompt, known), max_tokens=max_tokens, temperature=0.0).tokens),
-        reply).tolist()
+        prompt, chain=oracle_chain(engine, prompt, known), max_tokens=max_tokens, temperature=0.0,
+        grammar=grammar).tokens), reply).tolist()
 
 
 class MeasuredRun:
@@ -197,14 +208,15 @@ class MeasuredRun:
 
     def __init__(self, engine: Engine, strategy: str):
         self.engine, self.strategy = engine, strategy
-        self._request: tuple[np.ndarray, int, list[int] | None] | None = None
+        self._request: tuple | None = None
         self._generation: Generation | None = None
         self._waited = 0.0                  # seconds between slices, once decoding has begun
         self._paused_at: float | None = None
 
-    def begin(self, prompt: np.ndarray, max_tokens: int, reference: list[int] | None) -> None:
-        """The run to make: ``reference`` is the oracle's."""
-        self._request, self._generation = (prompt, max_tokens, reference), None
+    def begin(self, prompt: np.ndarray, max_tokens: int, reference: list[int] | None,
+              held: tuple[dict | None, list | None] = (None, None)) -> None:
+        """The run to make: ``reference`` is the oracle's; ``held``, the workload's schema and tools."""
+        self._request, self._generation = (prompt, max_tokens, reference, grammar_of(self.engine, *held)), None
 
     def advance(self, seconds: float) -> tuple[GenerationResult, float] | None:
         """Decode for about ``seconds`` (whole steps); once the run has ended, its result and peak memory."""
@@ -226,10 +238,10 @@ class MeasuredRun:
 
     def _start(self) -> None:
         assert self._request is not None, "advanced before begin"
-        (prompt, max_tokens, reference), engine, name = self._request, self.engine, self.strategy
+        (prompt, max_tokens, reference, grammar), engine, name = self._request, self.engine, self.strategy
         engine.forget_drafters()
         _reset_peak_rss()
-        options: dict[str, Any] = dict(max_tokens=max_tokens, temperature=0.0)
+        options: dict[str, Any] = dict(max_tokens=max_tokens, temperature=0.0, grammar=grammar)
         if name == PLAIN:
             options.update(speculative=False)
         elif name == ORACLE:
@@ -285,8 +297,8 @@ def _modeled_speed(result: GenerationResult, cost: PassCost) -> float:
     return result.stats.n_generated / seconds if seconds else 0.0
 
 
-def _lossless(plain: GenerationResult, result: GenerationResult, engine: Engine) -> str:
-    verdict = compare(plain, result, engine)
+def _lossless(plain: GenerationResult, result: GenerationResult, engine: Engine, grammar: GrammarSpec | None) -> str:
+    verdict = compare(plain, result, engine, grammar=grammar)
     if verdict.identical:
         return "identical"
     cause = "near-tie" if verdict.near_tie else "batching" if verdict.ok else "DIFFERS"

@@ -67,7 +67,10 @@ class Message(_Strict):
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None     # an assistant's
     tool_call_id: str | None = None                # a tool's answer to that call
-    refusal: None = None                           # echoed back by clients that resend the assistant's message
+    refusal: None = None                           # null fields that clients echo when they resend an answer
+    annotations: None = None
+    audio: None = None
+    function_call: None = None
 
     @property
     def text(self) -> str:

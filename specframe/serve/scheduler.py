@@ -25,18 +25,15 @@ from typing import Callable
 
 import numpy as np
 
-from specframe.chat_template import ChatTemplate
 from specframe.config import Config
 from specframe.engine import Engine
-from specframe.errors import ModelError, ParamError, SpecframeError
-from specframe.grammar import GrammarSpec
+from specframe.errors import ParamError, SpecframeError
 from specframe.results import GenerationResult
 from specframe.sampling import SAMPLING_KEYS, TokenLogprob
 from specframe.sequence import Sequence
 from specframe.serve.metrics import Metrics
 from specframe.serve.protocol import ToolRequest
 from specframe.stats_text import format_stats
-from specframe.tool_grammar import call_grammar
 
 log = logging.getLogger("specframe.serve")
 
@@ -118,7 +115,6 @@ class Scheduler:
         self._waiting: collections.deque[tuple[Job, np.ndarray]] = collections.deque()
         self._active: dict[int, tuple[Job, Sequence]] = {}   # by slot
         self._last_used = [0.0] * slots
-        self._chat_template: _Template | None = None
 
     # --- the front end's side ---------------------------------------------------------------------------------
 
@@ -206,7 +202,8 @@ class Scheduler:
             try:
                 tokens = self._tokens(engine, job)
                 if job.tools is not None:
-                    job.options["grammar"] = self._call_grammar(engine, job.tools)
+                    job.options["grammar"] = engine.tool_grammar(job.tools.functions, job.tools.required,
+                                                                 job.tools.parallel)
                 engine.sampler({k: v for k, v in job.options.items() if k in SAMPLING_KEYS})
             except ParamError as exc:    # a setting the model cannot honour: a biased token it does not have
                 self._refuse(job, Rejected(400, str(exc), exc.key))
@@ -217,31 +214,17 @@ class Scheduler:
             except SpecframeError as exc:   # e.g. a chat template llama.cpp cannot apply
                 self._refuse(job, Rejected(400, str(exc), "messages" if job.messages is not None else "prompt"))
                 continue
-            markers = self._template(engine).tool_call_markers if job.tools is not None else None  # type: ignore[union-attr]
+            template = engine.chat_template
+            markers = template.tool_call_markers if job.tools is not None and template is not None else None
             job.send(Accepted(int(tokens.size), markers))
             self._waiting.append((job, tokens))
 
     def _tokens(self, engine: Engine, job: Job) -> np.ndarray:
         model, field_name = engine.model, "messages" if job.messages is not None else "prompt"
         if job.messages is not None:
-            template = self._template(engine)
-            if template is None:
+            if model.chat_template is None:
                 raise _Refusal(400, f"{model.path} has no chat template: use /v1/completions", "messages")
-            messages = job.messages
-            system = self.config.generation.system
-            if system and not any(m["role"] in ("system", "developer") for m in messages):
-                messages = [{"role": "system", "content": system}, *messages]
-            if job.tools is not None and template.tool_call_markers is None:
-                raise _Refusal(400, "tools: the model's chat template has no tool-call format specframe reads "
-                                    "(Hermes <tool_call> blocks)", "tools")
-            if isinstance(template, _LlamaTemplates):     # llama.cpp's built-in ones: no tools, no tool messages
-                if job.tools is not None or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
-                    raise _Refusal(400, "tools: jinja2 cannot render the model's chat template, so it cannot "
-                                        "show the model tools", "tools")
-                text = model.apply_chat_template([("system" if m["role"] == "developer" else m["role"],
-                                                   m["content"]) for m in messages])
-            else:
-                text = template.render(messages, job.tools.tools if job.tools is not None else None)
+            text = engine.chat_prompt(job.messages, job.tools.tools if job.tools is not None else None)
         else:
             text = job.prompt or ""
         tokens = engine.vocab.tokenize(text, add_special=True, parse_special=True)
@@ -252,30 +235,6 @@ class Scheduler:
             raise _Refusal(400, f"{field_name}: the prompt has {tokens.size} tokens, more than fit in the "
                                 f"context of {n_ctx} tokens per slot", field_name, "context_length_exceeded")
         return tokens
-
-    def _template(self, engine: Engine) -> _Template | None:
-        """The model's chat template, compiled once (None: the model has none)."""
-        source = engine.model.chat_template
-        if self._chat_template is None and source is not None:
-            vocab = engine.vocab
-            try:
-                bos, eos = (vocab.piece(t, special=True).decode(errors="replace") for t in (vocab.bos, vocab.eos))
-                self._chat_template = ChatTemplate(source, bos, eos)
-            except ModelError as exc:
-                log.warning("rendering chat prompts with llama.cpp's built-in templates, without tools: %s", exc)
-                self._chat_template = _LLAMA_TEMPLATES
-        return self._chat_template
-
-    def _call_grammar(self, engine: Engine, tools: ToolRequest) -> GrammarSpec:
-        """The grammar of the calls the model may write, in its chat template's format."""
-        template = self._template(engine)
-        assert template is not None and template.tool_call_markers is not None   # checked by _tokens
-        ids = [engine.vocab.tokenize(marker, add_special=False, parse_special=True)
-               for marker in template.tool_call_markers]
-        if any(len(marker) != 1 for marker in ids):
-            raise _Refusal(400, "tools: the model's vocabulary spells its tool-call markers in several tokens, "
-                                "which specframe cannot constrain", "tools")
-        return call_grammar(tools.functions, int(ids[0][0]), int(ids[1][0]), tools.required, tools.parallel)
 
     def _drop_cancelled(self, engine: Engine) -> None:
         for waiting in [w for w in self._waiting if w[0].cancelled]:
@@ -352,16 +311,6 @@ def _pieces(sequence: Sequence, entries: list[TokenLogprob]) -> dict[int, bytes]
     """The bytes of every token ``entries`` name, read on the engine thread (the only one that calls libllama)."""
     tokens = {token for entry in entries for token in (entry.token, *(t for t, _ in entry.top))}
     return {token: sequence.piece(token) for token in tokens}
-
-
-class _LlamaTemplates:
-    """Where jinja2 cannot render a model's template: llama.cpp's built-in ones, for plain conversations."""
-
-    tool_call_markers = None
-
-
-_LLAMA_TEMPLATES = _LlamaTemplates()
-_Template = ChatTemplate | _LlamaTemplates
 
 
 class _Refusal(Exception):

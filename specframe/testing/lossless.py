@@ -78,7 +78,7 @@ def compare(plain: GenerationResult, speculative: GenerationResult, engine: "Eng
     return LosslessVerdict(n, diverged, margin, tie, replayed)
 
 
-def _replay_chooses(engine: "Engine", run: GenerationResult, index: int, grammar: "GrammarSpec | None") -> bool:
+def _replay_chooses(engine: "Engine", run: GenerationResult, index: int, grammar: "GrammarSpec | None" = None) -> bool:
     """Evaluate the committed tokens (which equal plain decoding's up to ``index``) in the passes the speculative
     run made, each laid out as it was: this request's rejected drafts and the other sequences' segments hold
     placeholder tokens (the other sequences placeholder histories up to their positions), and this request's
