@@ -5,6 +5,7 @@ without drafts, and log-probabilities of drafted tokens are plain decoding's."""
 from __future__ import annotations
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from specframe.drafting import Draft, Drafter
 from specframe.engine import Engine
 from specframe.errors import ConfigError, ParamError
 from specframe.grammar import Constraint, GrammarError, GrammarSpec
+from specframe.llama.grammar_sampler import LlamaGrammar
 from specframe.testing.lossless import compare
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -157,3 +159,26 @@ def test_a_grammar_that_does_not_compile_is_refused_before_it_is_used(engine):
     with pytest.raises(ParamError) as caught:
         engine.start(engine.prompt_tokens(PROMPT, raw=True), grammar=GrammarSpec("regex", "(["))
     assert caught.value.key == "grammar"
+
+
+def test_libllama_s_grammar_sampler_and_llguidance_allow_the_same_tokens(engine):
+    """The binding of libllama's sampler (measured beside llguidance by benchmarks/grammar_mask.py) judges a GBNF
+    grammar as llguidance does, position by position: llguidance never allows a token libllama forbids, and
+    allows the same ones but where libllama also takes a lone space before a key's quote."""
+    gbnf = (pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "json.gbnf").read_text()
+    ours, theirs = Constraint(GrammarSpec("gbnf", gbnf), engine.vocab), LlamaGrammar(engine.vocab, gbnf)
+    row = np.zeros(engine.vocab.n_tokens, dtype=np.float32)
+    vocab = engine.vocab      # text tokens: the engines differ on byte-fallback spellings and empty pieces
+    ascii_text = np.array([vocab.piece(t).isascii() and vocab.piece(t) != b"" and not vocab.text(t).startswith(b"<0x")
+                           for t in range(vocab.n_tokens)])
+    tokens = engine.vocab.tokenize('x{"a": [1, "b"], "c": null}', add_special=False)[1:]
+    same = 0
+    for token in tokens:
+        allowed, also = (np.isfinite(grammar.masked(row)) & ascii_text for grammar in (ours, theirs))
+        assert allowed.any() and not (allowed & ~also).any()
+        same += np.array_equal(allowed, also)
+        assert ours.allows(int(token)) and theirs.allows(int(token))
+        ours.advance(int(token))
+        theirs.accept(int(token))
+    theirs.close()
+    assert same >= len(tokens) - 1

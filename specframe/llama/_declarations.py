@@ -161,6 +161,12 @@ struct llama_sampler_chain_params llama_sampler_chain_default_params(void);
 struct llama_sampler * llama_sampler_chain_init(struct llama_sampler_chain_params params);
 void llama_sampler_chain_add(struct llama_sampler * chain, struct llama_sampler * smpl);
 struct llama_sampler * llama_sampler_init_greedy(void);
+struct llama_sampler * llama_sampler_init_grammar(const struct llama_vocab * vocab, const char * grammar_str,
+                                                  const char * grammar_root);
+typedef struct llama_token_data { llama_token id; float logit; float p; } llama_token_data;
+typedef struct llama_token_data_array { llama_token_data * data; size_t size; int64_t selected; bool sorted; ...; } llama_token_data_array;
+void llama_sampler_apply(struct llama_sampler * smpl, llama_token_data_array * cur_p);
+void llama_sampler_accept(struct llama_sampler * smpl, llama_token token);
 void llama_sampler_free(struct llama_sampler * smpl);
 bool llama_set_sampler(struct llama_context * ctx, llama_seq_id seq_id, struct llama_sampler * smpl);
 llama_token llama_get_sampled_token_ith(struct llama_context * ctx, int32_t i);
