@@ -358,6 +358,15 @@ def llama_server(peers: pathlib.Path | None) -> pathlib.Path:
     return binary
 
 
+def run_meta(config: Config) -> dict:
+    """What a report states of its run: the command, the date, the CPU, the threads and ggml's kernel choice."""
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    cpu = re.search(r"^Model name:\s*(.+)$", lscpu, re.MULTILINE)
+    return {"command": " ".join(["python", *sys.argv]), "date": datetime.date.today().isoformat(),
+            "cpu": cpu.group(1).strip() if cpu else "unknown", "threads": config.target.threads or default_threads(),
+            "kernels": kernels_beside(LAUNCH_ENVIRONMENT)}
+
+
 def main() -> None:
     args = parse_args()
     config = load_config(args.config)
@@ -378,12 +387,9 @@ def main() -> None:
                                                           logs / f"{name}.log")
         rows += server_rows
         runs += [o | {"server": name} for o in outcomes]
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu = re.search(r"^Model name:\s*(.+)$", lscpu, re.MULTILINE)
-    meta = {"command": " ".join(["python", *sys.argv]), "date": datetime.date.today().isoformat(),
-            "cpu": cpu.group(1).strip() if cpu else "unknown", "threads": config.target.threads or default_threads(),
-            "config": str(args.config), "requests": args.requests, "workloads": [w.name for w in chosen],
-            "commands": {name: command(0) for name, command in servers}, "kernels": kernels_beside(LAUNCH_ENVIRONMENT)}
+    meta = run_meta(config) | {"config": str(args.config), "requests": args.requests,
+                               "workloads": [w.name for w in chosen],
+                               "commands": {name: command(0) for name, command in servers}}
     args.out.write_text(report(meta, rows, turns))
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
                                                          "second_turn": turns, "requests": runs}, indent=1) + "\n")

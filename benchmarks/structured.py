@@ -21,31 +21,19 @@ Writes the Markdown report (--out) and every request as JSON beside it.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import pathlib
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
 import httpx
-from serving import (
-    LAUNCH_ENVIRONMENT,
-    LLAMA_CPP_NGRAM_TYPES,
-    REPO,
-    BenchError,
-    free_port,
-    llama_server,
-    running,
-    say,
-)
+from serving import LLAMA_CPP_NGRAM_TYPES, REPO, BenchError, free_port, llama_server, run_meta, running, say
 
 from specframe.bench.workloads import workload
 from specframe.config import Config, load_config
-from specframe.llama import default_threads, kernels_beside
+from specframe.llama import default_threads
 from specframe.models import resolve_model
 from specframe.requantized import requantized
 
@@ -184,12 +172,8 @@ def main() -> None:
                     outcomes.append(ask(url, name, request, repeat, args.max_tokens))
                     say(f"{name}, {request}: {outcomes[-1].tokens} tokens, {outcomes[-1].tokens_per_second:.2f} "
                         "tokens/s")
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu = re.search(r"^Model name:\s*(.+)$", lscpu, re.MULTILINE)
-    meta = {"command": " ".join(["python", *sys.argv]), "date": datetime.date.today().isoformat(),
-            "cpu": cpu.group(1).strip() if cpu else "unknown", "threads": config.target.threads or default_threads(),
-            "repeat": args.repeat, "commands": {name: command for name, (command, _) in chosen.items()},
-            "kernels": kernels_beside(LAUNCH_ENVIRONMENT)}
+    meta = run_meta(config) | {"repeat": args.repeat,
+                               "commands": {name: command for name, (command, _) in chosen.items()}}
     args.out.write_text(report(meta, outcomes))
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "requests": [asdict(o) for o in outcomes]},
                                                         indent=1) + "\n")
