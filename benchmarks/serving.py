@@ -358,6 +358,14 @@ def llama_server(peers: pathlib.Path | None) -> pathlib.Path:
     return binary
 
 
+def write_report(out: pathlib.Path, markdown: str, data: dict, logs: pathlib.Path) -> None:
+    """The Markdown report at ``out``, every figure as JSON beside it, and the report shown."""
+    out.write_text(markdown)
+    out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    print(markdown)
+    say(f"wrote {out} and {out.with_suffix('.json')}; the servers' logs are in {logs}")
+
+
 def run_meta(config: Config) -> dict:
     """What a report states of its run: the command, the date, the CPU, the threads and ggml's kernel choice."""
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -390,11 +398,8 @@ def main() -> None:
     meta = run_meta(config) | {"config": str(args.config), "requests": args.requests,
                                "workloads": [w.name for w in chosen],
                                "commands": {name: command(0) for name, command in servers}}
-    args.out.write_text(report(meta, rows, turns))
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
-                                                         "second_turn": turns, "requests": runs}, indent=1) + "\n")
-    print(args.out.read_text())
-    say(f"wrote {args.out} and {args.out.with_suffix('.json')}; the servers' logs are in {logs}")
+    write_report(args.out, report(meta, rows, turns), {"meta": meta, "rows": [asdict(r) for r in rows],
+                                                       "second_turn": turns, "requests": runs}, logs)
 
 
 if __name__ == "__main__":

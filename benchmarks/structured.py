@@ -29,7 +29,17 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 import httpx
-from serving import LLAMA_CPP_NGRAM_TYPES, REPO, BenchError, free_port, llama_server, run_meta, running, say
+from serving import (
+    LLAMA_CPP_NGRAM_TYPES,
+    REPO,
+    BenchError,
+    free_port,
+    llama_server,
+    run_meta,
+    running,
+    say,
+    write_report,
+)
 
 from specframe.bench.workloads import workload
 from specframe.config import Config, load_config
@@ -174,11 +184,7 @@ def main() -> None:
                         "tokens/s")
     meta = run_meta(config) | {"repeat": args.repeat,
                                "commands": {name: command for name, (command, _) in chosen.items()}}
-    args.out.write_text(report(meta, outcomes))
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "requests": [asdict(o) for o in outcomes]},
-                                                        indent=1) + "\n")
-    print(args.out.read_text())
-    say(f"wrote {args.out}; the servers' logs are in {logs}")
+    write_report(args.out, report(meta, outcomes), {"meta": meta, "requests": [asdict(o) for o in outcomes]}, logs)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ class Engine:
         self.vocab = self.model.vocab
         try:
             config_sampler = self.sampler({})
-            constrained = sampling_grammar(config.sampling, config.directory) is not None
+            self._config_grammar = sampling_grammar(config.sampling, config.directory)   # its files read once
         except ParamError as exc:   # a biased token this vocabulary does not have, a grammar that does not compile
             raise ConfigError(config.where().at(f"sampling.{exc.key}", exc.problem)) from None
         self.calibration = Calibration(self.context, Calibration.identity(self.model.path, self.n_threads,
@@ -87,7 +87,7 @@ class Engine:
         backend_sampling = forced(t.backend_sampling)
         self.backend_sampling = self.model.offloaded if backend_sampling is None else backend_sampling
         for slot in range(slots):
-            self._choose_on_device(slot, config_sampler, constrained)
+            self._choose_on_device(slot, config_sampler, self._config_grammar is not None)
 
     @classmethod
     def from_config(cls, path: str | os.PathLike | None, overrides: Sequence_[Layer] = ()) -> "Engine":
@@ -211,8 +211,11 @@ class Engine:
     def constraint(self, grammar: GrammarSpec | None, sampler: TokenSampler) -> Constraint | None:
         """A request's grammar state: ``grammar``, else the one its [sampling] settings give (None: free output).
         A ParamError names the setting at fault."""
+        config = self.config.sampling
         try:
-            grammar = grammar or sampling_grammar(sampler.params, self.config.directory)
+            if grammar is None:
+                same = all(getattr(sampler.params, key) == getattr(config, key) for key in GRAMMAR_KEYS)
+                grammar = self._config_grammar if same else sampling_grammar(sampler.params, self.config.directory)
             return Constraint(grammar, self.vocab) if grammar is not None else None
         except GrammarError as exc:
             raise ParamError("grammar", str(exc)) from None

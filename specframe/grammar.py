@@ -17,6 +17,7 @@ the rest of the output: a tool call's arguments are held to the function's schem
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import os
 import pathlib
@@ -67,8 +68,10 @@ class GrammarSpec:
             raise GrammarError(f"a JSON schema is an object, got {type(schema).__name__}")
         return cls("json_schema", json.dumps(schema))
 
+    @functools.cached_property
     def source(self) -> str:
-        """The grammar in llguidance's form; GrammarError names what is wrong with it."""
+        """The grammar in llguidance's form, compiled and checked once per spec (a request's is checked when it
+        arrives and used as it is by every matcher made of it); GrammarError names what is wrong with it."""
         from llguidance import LLMatcher, grammar_from
 
         try:
@@ -104,7 +107,7 @@ def sampling_grammar(params: "SamplingParams", directory: pathlib.Path) -> Gramm
         else:
             text = value if value.lstrip().startswith("{") else _read(directory, value)
             spec = GrammarSpec.json_schema(text)
-        spec.source()
+        _ = spec.source    # compiled and checked now
     except GrammarError as exc:
         raise ParamError(key, str(exc)) from None
     return spec
@@ -133,7 +136,7 @@ class Constraint:
     def __init__(self, spec: GrammarSpec, vocab: "Vocab"):
         self.spec = spec
         self._vocab = vocab
-        self._source = spec.source()
+        self._source = spec.source
         self._matcher = self._new_matcher()
         self._watch: _Watch | None = None
         if spec.triggers or spec.pattern:

@@ -155,7 +155,7 @@ def test_a_grammar_file_in_the_config_constrains_run(write_config, target_path, 
 
 def test_a_grammar_that_does_not_compile_is_refused_before_it_is_used(engine):
     with pytest.raises(GrammarError):
-        GrammarSpec("lark", "start: (").source()
+        _ = GrammarSpec("lark", "start: (").source
     with pytest.raises(ParamError) as caught:
         engine.start(engine.prompt_tokens(PROMPT, raw=True), grammar=GrammarSpec("regex", "(["))
     assert caught.value.key == "grammar"

@@ -163,7 +163,7 @@ class _Request(_Strict):
             return None
         field_name, spec = next(iter(given.items()))
         try:
-            spec.source()
+            _ = spec.source    # compiled and checked now, used as it is by the engine
         except GrammarError as exc:
             raise FieldError(field_name, str(exc)) from None
         return spec
@@ -219,7 +219,7 @@ class ChatCompletionRequest(_Request):
             raise FieldError("tool_choice", "needs tools")
         if not self.tools or self.tool_choice == "none":
             return None
-        if self.grammar_spec() is not None:
+        if any(spec is not None for spec in self._grammars().values()):
             raise FieldError("tools", "cannot be combined with response_format, grammar or json_schema")
         functions = [tool.function for tool in self.tools]
         names = [f.name for f in functions]
