@@ -9,10 +9,10 @@ from specframe.llama.kernels import (
     tiled_matmul_on,
     timing_identity,
 )
-from specframe.llama.model import Model, Vocab, offload_devices
+from specframe.llama.model import FimTokens, Model, Vocab, offload_devices
 
 __all__ = [
-    "Batch", "Context", "ContextFullError", "DecodeError", "LlamaLibraryError", "Model", "Segment", "Vocab",
-    "choose_tiled_matmul", "default_threads", "kernels_beside", "library_prefix", "native", "offload_devices",
+    "Batch", "Context", "ContextFullError", "DecodeError", "FimTokens", "LlamaLibraryError", "Model", "Segment",
+    "Vocab", "choose_tiled_matmul", "default_threads", "kernels_beside", "library_prefix", "native", "offload_devices",
     "system_info", "tiled_matmul_on", "timing_identity",
 ]

@@ -150,6 +150,8 @@ int32_t llama_n_threads_batch(struct llama_context * ctx);
 llama_memory_t llama_get_memory(const struct llama_context * ctx);
 void llama_memory_clear(llama_memory_t mem, bool data);
 bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);
+void llama_memory_seq_add(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1, llama_pos delta);
+bool llama_memory_can_shift(llama_memory_t mem);
 llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id);
 
 struct llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_max);
@@ -182,6 +184,12 @@ llama_token llama_vocab_bos(const struct llama_vocab * vocab);
 llama_token llama_vocab_eos(const struct llama_vocab * vocab);
 bool llama_vocab_get_add_bos(const struct llama_vocab * vocab);
 bool llama_vocab_get_add_eos(const struct llama_vocab * vocab);
+llama_token llama_vocab_fim_pre(const struct llama_vocab * vocab);
+llama_token llama_vocab_fim_suf(const struct llama_vocab * vocab);
+llama_token llama_vocab_fim_mid(const struct llama_vocab * vocab);
+llama_token llama_vocab_fim_pad(const struct llama_vocab * vocab);
+llama_token llama_vocab_fim_rep(const struct llama_vocab * vocab);
+llama_token llama_vocab_fim_sep(const struct llama_vocab * vocab);
 
 int32_t llama_tokenize(const struct llama_vocab * vocab, const char * text, int32_t text_len,
                        llama_token * tokens, int32_t n_tokens_max, bool add_special, bool parse_special);

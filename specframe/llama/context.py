@@ -265,6 +265,20 @@ class Context(Handle):
             raise SpecframeError(f"{self.model.path}: this model's memory cannot be rolled back to a position "
                                  "(recurrent models cannot), so it cannot verify drafts")
 
+    @property
+    def can_move(self) -> bool:
+        """Whether held positions can be moved (``move``): not in recurrent models' memory."""
+        return bool(self._lib.llama_memory_can_shift(self._memory))
+
+    def move(self, seq: int, start: int, n: int, to: int) -> None:
+        """Move sequence ``seq``'s positions ``[start, start + n)`` down to ``[to, to + n)``, dropping what held
+        ``[to, start)``: their keys are rotated to the new positions (at the next decode), not evaluated again."""
+        if not 0 <= to < start:
+            raise ValueError(f"positions move down only: {start} -> {to}")
+        lib = self._lib
+        lib.llama_memory_seq_rm(self._memory, seq, to, start)
+        lib.llama_memory_seq_add(self._memory, seq, start, start + n, to - start)
+
     def clear(self) -> None:
         self._lib.llama_memory_clear(self._memory, True)
 

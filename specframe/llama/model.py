@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -174,6 +175,27 @@ class Model(Handle):
         raise ModelError("chat template output kept growing")  # pragma: no cover - llama.cpp reports exact sizes
 
 
+@dataclass(frozen=True)
+class FimTokens:
+    """The vocabulary's fill-in-the-middle tokens (None: it has no such token)."""
+
+    pre: int | None
+    suf: int | None
+    mid: int | None
+    pad: int | None
+    rep: int | None      # opens repository-level context (a project name, then files)
+    sep: int | None      # precedes each file's name
+
+    @property
+    def missing(self) -> list[str]:
+        """The tokens an infill prompt needs that the vocabulary lacks."""
+        return [name for name in ("pre", "suf", "mid") if getattr(self, name) is None]
+
+
+def _token_or_none(token: int) -> int | None:
+    return None if token < 0 else int(token)   # LLAMA_TOKEN_NULL is -1
+
+
 class Vocab:
     """The tokenizer of a model: token ids <-> text."""
 
@@ -188,6 +210,9 @@ class Vocab:
         self.eos: int = lib.llama_vocab_eos(handle)
         self.add_bos: bool = bool(lib.llama_vocab_get_add_bos(handle))
         self.add_eos: bool = bool(lib.llama_vocab_get_add_eos(handle))
+        self.fim = FimTokens(*(_token_or_none(get(handle)) for get in (
+            lib.llama_vocab_fim_pre, lib.llama_vocab_fim_suf, lib.llama_vocab_fim_mid, lib.llama_vocab_fim_pad,
+            lib.llama_vocab_fim_rep, lib.llama_vocab_fim_sep)))
         self._piece_buf = self._ffi.new("char[]", 256)
         self._grammar_tokenizer = None
 
