@@ -34,10 +34,10 @@ from specframe.llama import Context, ContextFullError, Model, Segment, choose_ti
 from specframe.models import resolve_model
 from specframe.overrides import Layer
 from specframe.params import forced
-from specframe.prefix import common_prefix
+from specframe.prefix import reusable_chunks
 from specframe.results import Generation, GenerationResult, RequestStats
 from specframe.sampling import ACCEPTANCE_MODES, SAMPLING_KEYS, TokenSampler, log_probabilities, verify
-from specframe.sequence import Sequence
+from specframe.sequence import EditorLimits, Sequence
 from specframe.tool_grammar import call_grammar
 from specframe.trace import Trace
 
@@ -173,16 +173,21 @@ class Engine:
         sequence = self.start(tokens, trace=Trace() if track_margins else None, **options)
         return Generation(lambda generation: self._run(generation, sequence))
 
-    def start(self, prompt: np.ndarray, *, slot: int = 0, reuse: bool = False, max_tokens: int | None = None,
+    def start(self, prompt: np.ndarray, *, slot: int = 0, reuse: bool = False, reuse_chunks: int = 0,
+              max_tokens: int | None = None,
               speculative: bool = True, stop: Sequence_[str] | None = None, drafters: Sequence_[str] | None = None,
               acceptance: str | None = None, chain: DrafterChain | None = None, grammar: GrammarSpec | None = None,
-              logprobs: int | None = None, trace: Trace | None = None, **sampling: Any) -> Sequence:
+              logprobs: int | None = None, limits: EditorLimits | None = None, trace: Trace | None = None,
+              **sampling: Any) -> Sequence:
         """A new request on sequence ``slot``, to be stepped. With ``reuse``, the prompt's longest prefix that this
-        slot's memory still holds from its last request is kept, not evaluated again. ``drafters`` names the
-        configured drafters to use for this request, in their chain order (default: all), or ``chain`` gives
+        slot's memory still holds from its last request is kept, not evaluated again, and with ``reuse_chunks`` N
+        > 0 so are runs of at least N tokens it holds further on (moved into place: ``reusable``). ``drafters``
+        names the configured drafters to use for this request, in their chain order (default: all), or ``chain`` gives
         drafters made elsewhere (``chain_of``); ``acceptance`` overrides [speculative] acceptance ("rejection"
         or "match") when sampling; ``grammar`` constrains the output (over any grammar of [sampling]);
-        ``logprobs`` records each emitted token's log-probability and that many alternatives (None: none); other
+        ``logprobs`` records each emitted token's log-probability and that many alternatives (None: none);
+        ``limits`` bounds an editor's completion (sequence.EditorLimits); ``max_tokens`` 0 evaluates the prompt and
+        generates nothing (an editor's warm-up); other
         keywords override [sampling] settings (``temperature=0.7``; None keeps the config's)."""
         if prompt.size == 0:
             raise SpecframeError("the prompt is empty")
@@ -198,14 +203,15 @@ class Engine:
             chain = self.drafters.chain(drafters, slot)
         constraint = self.constraint(grammar, sampler)
         self._choose_on_device(slot, sampler, trace is not None or constraint is not None or logprobs is not None)
-        cached = self.cached_prefix(slot, prompt) if reuse else 0
+        cached = self._keep(slot, prompt, reuse_chunks) if reuse else 0
         self.context.truncate(cached, slot)
         self._kept[slot] = prompt[:cached]
         sequence = Sequence(seq=slot, prompt=prompt, cached=cached,
-                            max_tokens=max_tokens or self.config.generation.max_tokens, n_ctx=n_ctx,
+                            max_tokens=self.config.generation.max_tokens if max_tokens is None else max_tokens,
+                            n_ctx=n_ctx,
                             sampler=sampler, acceptance=acceptance, chain=chain,
                             stops=list(self.config.generation.stop if stop is None else stop), trace=trace,
-                            vocab=self.vocab, constraint=constraint, logprobs=logprobs)
+                            vocab=self.vocab, constraint=constraint, logprobs=logprobs, limits=limits)
         return sequence
 
     def constraint(self, grammar: GrammarSpec | None, sampler: TokenSampler) -> Constraint | None:
@@ -229,7 +235,7 @@ class Engine:
                 raise ParamError(key, f"not a sampling setting; expected one of {', '.join(sorted(SAMPLING_KEYS))}")
         if GRAMMAR_KEYS & overrides.keys():    # a request's grammar replaces the config's, of whatever kind
             overrides = {key: "" for key in GRAMMAR_KEYS} | overrides
-        sampler = TokenSampler(replace(self.config.sampling, **overrides))
+        sampler = TokenSampler(replace(self.config.sampling, **overrides), vocab=self.vocab)
         sampler.check_vocabulary(self.vocab.n_tokens)
         return sampler
 
@@ -239,13 +245,25 @@ class Engine:
         self.context.choose_on_device(slot, self.backend_sampling and sampler is not None
                                       and sampler.chooses_as_argmax and not wants_rows)
 
-    def cached_prefix(self, slot: int, prompt: np.ndarray) -> int:
-        """How many leading tokens of ``prompt`` sequence ``slot`` holds in memory (never the whole prompt: its
-        last token is fed with the first draft)."""
-        kept = self._kept[slot]
-        if self.context.positions(slot) != len(kept):   # someone else used the context: trust nothing
-            return 0
-        return common_prefix(kept, prompt[:-1])
+    def reusable(self, slot: int, prompt: np.ndarray, min_chunk: int = 0) -> int:
+        """How many leading tokens of ``prompt`` sequence ``slot`` could keep from its memory: the prefix it holds,
+        then (``min_chunk`` > 0) the runs of at least that many tokens it holds at later positions, which would be
+        moved into place (llama-server's --cache-reuse). Never the whole prompt: its last token is fed with the
+        first draft."""
+        return self._reuse_plan(slot, prompt, min_chunk)[0]
+
+    def _reuse_plan(self, slot: int, prompt: np.ndarray, min_chunk: int) -> tuple[int, list[tuple[int, int, int]]]:
+        held = self._kept[slot]
+        if self.context.positions(slot) != len(held):   # someone else used the context: trust nothing
+            return 0, []
+        return reusable_chunks(held, prompt[:-1], min_chunk if self.context.can_move else 0)
+
+    def _keep(self, slot: int, prompt: np.ndarray, min_chunk: int) -> int:
+        """Keep what ``reusable`` finds in the slot's memory, its runs moved into place; return how many."""
+        kept, moves = self._reuse_plan(slot, prompt, min_chunk)
+        for start, n, to in moves:
+            self.context.move(slot, start, n, to)
+        return kept
 
     def kept(self, slot: int) -> int:
         """How many tokens sequence ``slot`` holds in memory from its last request."""
@@ -285,7 +303,9 @@ class Engine:
         ctx, n_ctx = self.context, self.context.n_ctx
         for s in sequences:
             if s.stop_reason is None and not s.generating and s.prompt_pending == 0:
-                self._begin(s)
+                s.stop_reason = s.prompt_done()
+                if s.stop_reason is None:
+                    self._begin(s)
         # In sequence order: llama.cpp evaluates a batch over several sequences in parts (unless the KV buffer is
         # shared), each over consecutive sequence ids with as many tokens each, so an unordered batch would cost
         # passes it need not.

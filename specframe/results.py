@@ -68,6 +68,7 @@ class GenerationResult:
     prompt: np.ndarray | None = None   # the prompt's token ids
     passes: list | None = None
     logprobs: list | None = None       # sampling.TokenLogprob of each generated token, when they were asked for
+    stop_word: str = ""                # the stop string that ended it (stop_reason "stop")
 
     def as_dict(self) -> dict:
         data = {"text": self.text, "tokens": self.tokens, "n_prompt_tokens": self.n_prompt_tokens,

@@ -8,6 +8,7 @@ and commits what the target chose. Several sequences, one per slot of the target
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Sequence as Sequence_
 
 import numpy as np
@@ -21,11 +22,24 @@ from specframe.text import TextStream
 from specframe.trace import Trace
 
 
+@dataclass(frozen=True)
+class EditorLimits:
+    """What an editor's completion request bounds beyond its token budget (llama-server's infill fields): lines
+    after the first indented at least ``n_indent``; no new line once ``t_max_predict_ms`` of generation passed.
+    0: no bound."""
+
+    n_indent: int = 0
+    t_max_predict_ms: float = 0.0
+
+    def past_predict_time(self, generation_ms: float) -> bool:
+        return 0 < self.t_max_predict_ms < generation_ms
+
+
 class Sequence:
     def __init__(self, *, seq: int, prompt: np.ndarray, cached: int, max_tokens: int, n_ctx: int,
                  sampler: TokenSampler, acceptance: str, chain: DrafterChain | None, stops: Sequence_[str],
                  trace: Trace | None, vocab: Vocab, constraint: Constraint | None = None,
-                 logprobs: int | None = None):
+                 logprobs: int | None = None, limits: EditorLimits | None = None):
         self.seq = seq                   # its sequence id in the target's context
         self.prompt = prompt
         self.max_tokens = max_tokens
@@ -35,6 +49,7 @@ class Sequence:
         self.trace = trace
         self.constraint = constraint       # the output's grammar state, advanced by verification
         self.logprobs = logprobs           # alternatives recorded per emitted token (None: no log-probabilities)
+        self.limits = limits or EditorLimits()
         self.logprob_entries: list[TokenLogprob] = []   # one per generated token, when recorded
         self._logprobs_taken = 0
         self._vocab = vocab
@@ -49,7 +64,7 @@ class Sequence:
         self.stats = RequestStats(n_prompt_tokens=int(prompt.size), n_cached_tokens=cached)
         self.stop_reason: str | None = None
         self.result: GenerationResult | None = None
-        self._text = TextStream(stops)
+        self._text = TextStream(stops, self.limits.n_indent)
         self._pieces: list[str] = []
         self._new_pieces: list[str] = []
         self._started = time.perf_counter()
@@ -65,6 +80,17 @@ class Sequence:
     def prompt_pending(self) -> int:
         """Prompt tokens still to evaluate before generation starts (the last one is fed with the first draft)."""
         return self.prompt.size - 1 - self.n_past
+
+    def prompt_done(self) -> str | None:
+        """The prompt is in: why the request ends before generating (no tokens asked for: an editor's warm-up), or
+        None to generate."""
+        return "max_tokens" if self.max_tokens == 0 else None
+
+    @property
+    def generation_ms(self) -> float:
+        """Milliseconds since generation started (0 before)."""
+        start = self._generation_start
+        return 0.0 if start is None else 1e3 * (time.perf_counter() - start - self._setting_up() + self._set_up_before)
 
     @property
     def generating(self) -> bool:
@@ -112,14 +138,17 @@ class Sequence:
             self.n_history += 1
             self.generated.append(token)
             kept += 1
-            piece = self._text.push(self._vocab.piece(token))
+            data = self._vocab.piece(token)
+            piece = self._text.push(data)
             if piece:
                 self._pieces.append(piece)
                 self._new_pieces.append(piece)
             if self._text.stopped:
-                self.stop_reason = "stop"
+                self.stop_reason = "limit" if self._text.underindented else "stop"
             elif len(self.generated) >= self.max_tokens:
                 self.stop_reason = "max_tokens"
+            elif b"\n" in data and self.limits.past_predict_time(self.generation_ms):
+                self.stop_reason = "limit"
             if self.stop_reason:
                 break
         return kept
@@ -165,5 +194,6 @@ class Sequence:
         self.result = GenerationResult("".join(self._pieces), self.generated, int(self.prompt.size),
                                        self.stop_reason, stats, trace.margins if trace else None, self.prompt,
                                        trace.passes if trace else None,
-                                       self.logprob_entries if self.logprobs is not None else None)
+                                       self.logprob_entries if self.logprobs is not None else None,
+                                       self._text.stop_word)
         return self.result

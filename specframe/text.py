@@ -1,4 +1,5 @@
-"""Turning accepted tokens into streamed text: whole UTF-8 characters only, stop strings honoured."""
+"""Turning accepted tokens into streamed text: whole UTF-8 characters only, stop strings and an editor's
+indentation limit honoured."""
 
 from __future__ import annotations
 
@@ -11,32 +12,61 @@ class TextStream:
 
     A character split across tokens comes out once complete. Text that could still grow into a stop string is
     held back until it cannot; when a stop string appears, the text before it is released and the stream stops.
+    With ``indent`` n > 0 (llama-server's n_indent: a completion at a cursor indented n), every line after the first
+    must be indented at least n: the first line that is not (a blank line included) stops the stream and is cut,
+    its leading whitespace held back until it is known.
     """
 
-    def __init__(self, stops: Sequence[str] = ()):
+    def __init__(self, stops: Sequence[str] = (), indent: int = 0):
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._stops = [s for s in stops if s]
         self._pending = ""
+        self._indent = indent
+        self._line_start: str | None = None   # after a newline: the new line's whitespace so far (undecided)
         self.stopped = False
+        self.underindented = False    # stopped by ``indent``, not by a stop string
+        self.stop_word = ""           # the stop string that stopped it
 
     def push(self, piece: bytes) -> str:
         if self.stopped:
             return ""
         self._pending += self._decoder.decode(piece)
-        return self._release()
+        return self._indented(self._release())
 
     def finish(self) -> str:
         """Release everything held back (the request ended without a stop string)."""
         if self.stopped:
             return ""
         self._pending += self._decoder.decode(b"", final=True)
-        out, self._pending = self._pending, ""
-        return out
+        out, self._pending = self._indented(self._pending), ""
+        return out if self.stopped else out + (self._line_start or "")
+
+    def _indented(self, text: str) -> str:
+        """``text`` up to the first line indented less than ``indent`` (then stopped), the start of a line whose
+        indentation is not known yet held back."""
+        if self._indent <= 0 or self.stopped:
+            return text
+        out: list[str] = []
+        for char in text:
+            if self._line_start is not None:
+                if char in " \t":
+                    self._line_start += char
+                    continue
+                if len(self._line_start) < self._indent:
+                    self.stopped = self.underindented = True
+                    return "".join(out)
+                out.append(self._line_start)
+                self._line_start = None
+            out.append(char)
+            if char == "\n":
+                self._line_start = ""
+        return "".join(out)
 
     def _release(self) -> str:
         text = self._pending
-        cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, stop) for stop in self._stops if (i := text.find(stop)) >= 0]
+        if found:
+            cut, self.stop_word = min(found)
             self.stopped = True
             self._pending = ""
             return text[:cut]

@@ -133,7 +133,7 @@ def test_a_slot_keeps_the_longest_shared_prefix_for_the_next_request(engines, to
     first = engine.prompt_tokens(PROMPTS[0], raw=True)
     [done] = together(engine, [PROMPTS[0]])
     follow_up = engine.prompt_tokens(PROMPTS[0] + done.text + " and more", raw=True)
-    assert engine.cached_prefix(0, follow_up) >= len(first) and engine.cached_prefix(1, follow_up) == 0
+    assert engine.reusable(0, follow_up) >= len(first) and engine.reusable(1, follow_up) == 0
     sequence = engine.start(follow_up, slot=0, reuse=True, max_tokens=30)
     while sequence.stop_reason is None:
         engine.step([sequence])
@@ -205,4 +205,4 @@ def test_a_request_interrupted_inside_a_step_leaves_its_prefix_for_the_next(engi
     stopped = engine.generate(prompt, max_tokens=30)
     assert stopped.stop_reason == "interrupted" and stopped.tokens
     follow_up = engine.prompt_tokens(PROMPTS[1] + stopped.text + " and more", raw=True)
-    assert engine.cached_prefix(0, follow_up) >= len(prompt)
+    assert engine.reusable(0, follow_up) >= len(prompt)

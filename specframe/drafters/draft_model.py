@@ -4,7 +4,8 @@ Its own context mirrors the committed history incrementally: each call compares 
 the last call with what its KV memory holds, keeps the matching part (including draft tokens the target
 accepted), drops the rest and evaluates just the new tokens. The prompt is evaluated in ``begin`` (counted as
 prompt processing; the chain defers it where it cannot pay, see drafting/catch_up.py), and a prefix shared with the
-previous request is kept. A server's slots share one draft
+previous request is kept, with the runs of it held at other positions moved into place (an editor's next request,
+whose window of the file moved by a few lines). A server's slots share one draft
 model and one context, a sequence per slot, each slot's drafter mirroring its own sequence.
 
 Drafting takes the top token while its probability is at least ``p_min``, up to ``n_max`` tokens; drafts
@@ -40,12 +41,13 @@ from specframe.llama import Context, Model, Vocab
 from specframe.llama.quantize import QUANT_TYPES
 from specframe.model_settings import ModelSettings
 from specframe.params import INT32_MAX, MAX_DRAFT_TOKENS, param
-from specframe.prefix import common_prefix
+from specframe.prefix import common_prefix, reusable_chunks
 from specframe.pruned_head import InputEmbeddings, inputs_table, pruned_head
 from specframe.requantized import requantized
 from specframe.sampling import SamplingParams, TokenSampler
 
 DRAFT_STREAM = 1   # the draft's own random stream (the target samples from stream 0)
+MOVED_RUN_MIN = 64   # a new prompt's runs of at least this many tokens held at other positions are moved, not evaluated
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,11 @@ class DraftModelDrafter(Drafter):
         length = len(tokens)
         start, stop = min(unchanged, self._n_synced), min(self._n_kv, length)
         common = start + common_prefix(self._kv[start:stop], tokens[start:stop])
+        if common < length - 1 and self.context.can_move:   # a new prompt: keep what it shares further on too
+            common, moves = reusable_chunks(self._kv[:self._n_kv], tokens[:length - 1], MOVED_RUN_MIN)
+            for source, n, to in moves:
+                self.context.move(self.seq, source, n, to)
+            self._kv[:common] = tokens[:common]
         common = min(common, length - 1)     # the last token is always evaluated: its logits start the draft
         if common < self._n_kv:
             self.context.truncate(common, self.seq)
