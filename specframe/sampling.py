@@ -2,7 +2,9 @@
 
 Logits are transformed in llama.cpp's order (common/sampling.cpp's default chain): logit bias, then repetition
 penalties over the last ``repeat_last_n`` tokens of the history, then top-k, top-p and min-p (cut at temperature
-1), then temperature. Greedy decoding takes the best token after the bias and the penalties, as llama.cpp's does.
+1), then temperature, then, with ``infill``, llama.cpp's infill sampler (``infill_candidates``). Greedy decoding
+takes the best token after the bias and the penalties, as llama.cpp's does (there temperature 0 leaves one
+candidate, which infill keeps).
 The penalties depend on the tokens before each position, so a draft's position i is judged after the history and
 the draft's tokens before i: exactly as plain decoding would have judged it, had it emitted those tokens.
 
@@ -16,14 +18,16 @@ For drafts that carry their distribution q, rejection sampling (Leviathan et al.
 d with probability min(1, p(d) / q(d)), else samples from norm(max(0, p - q)), and after a fully accepted draft
 samples one bonus token from p: the emitted tokens follow the target's distribution exactly, and more draft
 tokens stand than under sample-and-match when q is close to p. A draft model computes q with the same
-transformations as p (``TokenSampler.adjusted`` and ``candidates`` over the same history).
+transformations as p (``TokenSampler.adjusted`` and ``candidates`` over the same history), infill only when
+its sampler is given the vocabulary (q need not equal p for the output to follow p).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
     from specframe.grammar import Constraint
 
 ACCEPTANCE_MODES = ("rejection", "match")
+TARGET_STREAM = 0           # the random stream of the target's sampler; drafters' samplers use others
 
 
 NO_TOKENS = np.empty(0, dtype=np.int32)
@@ -62,6 +67,10 @@ class SamplingParams:
     grammar: str = param("", help="GBNF grammar the output must match (llama.cpp's --grammar)")
     grammar_file: str = param("", help="file holding a GBNF grammar, relative to the config")
     json_schema: str = param("", help="JSON schema the output must match: the schema's JSON, or a file holding it")
+    infill: bool = param(False, help="llama.cpp's infill sampler, applied last (editors' \"samplers\": [..., "
+                                     "\"infill\"]): end the turn when an end-of-generation token is likely enough, "
+                                     "merge each token into a likelier one its text is a prefix of (or that is a "
+                                     "prefix of it), keep only the clearly likely ones")
 
     def __post_init__(self):
         for key, bias in self.logit_bias.items():
@@ -90,15 +99,35 @@ class SamplingParams:
 SAMPLING_KEYS = frozenset(f.name for f in fields(SamplingParams))
 
 
+class InfillVocab(Protocol):
+    """What the infill sampler needs of a vocabulary (specframe.llama.Vocab has it). An ``eot`` attribute, where
+    there is one and it is not -1, names the end-of-turn token; else ``eos`` stands for it."""
+
+    eos: int
+
+    def piece(self, token: int, special: bool = False) -> bytes: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+
 class TokenSampler:
     """Samples with the given settings from its own random stream: ``stream`` tells apart the samplers of one
-    request (the target's is 0) so a drafter's draws never shift the target's."""
+    request (the target's is TARGET_STREAM) so a drafter's draws never shift the target's.
 
-    def __init__(self, params: SamplingParams, stream: int = 0):
+    ``vocab`` is the model's vocabulary, which ``infill`` needs (token pieces, end-of-generation tokens). The
+    target's sampler must have it, as it decides the output. A drafter's sampler (another stream) without one
+    drafts from the distribution before infill, by choice: its q only proposes tokens, and rejection sampling
+    (or matching) emits the target's distribution whatever q is; a q closer to p is only accepted more often."""
+
+    def __init__(self, params: SamplingParams, stream: int = TARGET_STREAM, *, vocab: InfillVocab | None = None):
         self.params = params
         self.rng = np.random.default_rng((params.seed, stream))
         self._bias_ids = np.array([int(k) for k in params.logit_bias], dtype=np.int64)
         self._bias = np.array(list(params.logit_bias.values()), dtype=np.float32)
+        if params.infill and vocab is None and stream == TARGET_STREAM:
+            raise ParamError("infill", "the infill sampler needs the model's vocabulary (token pieces and "
+                                       "end-of-generation tokens); this sampler was built without one")
+        self._infill = InfillState(vocab) if params.infill and vocab is not None else None
 
     @property
     def greedy(self) -> bool:
@@ -146,7 +175,7 @@ class TokenSampler:
 
     def candidates(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Token ids (most likely first) and their probabilities after top-k, top-p and min-p (both measured at
-        temperature 1, as llama.cpp's chain applies temperature last), then temperature."""
+        temperature 1, as llama.cpp's chain applies temperature after them), then temperature, then infill."""
         params = self.params
         if 0 < params.top_k < logits.size:
             ids = np.argpartition(logits, -params.top_k)[-params.top_k:]
@@ -163,7 +192,10 @@ class TokenSampler:
             keep = min(keep, int(np.count_nonzero(raw >= raw[0] + np.log(params.min_p))))
         ids, raw = ids[:max(1, keep)], raw[:max(1, keep)]
         weights = np.exp((raw - raw[0]) / params.temperature)
-        return ids, weights / weights.sum()
+        probs = weights / weights.sum()
+        if self._infill is not None:
+            return self._infill.apply(ids, probs)
+        return ids, probs
 
     def draw(self, ids: np.ndarray, probs: np.ndarray) -> int:
         """One token of a distribution over ``ids``, by inverse CDF with one uniform number."""
@@ -177,6 +209,102 @@ class TokenSampler:
         if self.greedy:
             return int(np.argmax(logits))
         return self.draw(*self.candidates(logits))
+
+
+INFILL_KEEP = 0.2      # llama.cpp's first threshold: a text token this likely (after merging) stays
+
+
+class InfillState:
+    """llama.cpp's infill sampler for one vocabulary, with the pieces and end-of-generation flags of the tokens
+    it has seen (so repeated positions do not ask the vocabulary again)."""
+
+    def __init__(self, vocab: InfillVocab):
+        self.vocab = vocab
+        # The token that ends an unsure completion: llama.cpp's EOT, else EOS. specframe.llama.Vocab binds no
+        # llama_vocab_eot (llama.h declares it), so there EOS stands in, as llama.cpp's fallback does.
+        eot = int(getattr(vocab, "eot", -1))
+        self.end = eot if eot >= 0 else int(vocab.eos)
+        if self.end < 0:
+            raise ParamError("infill", "the model's vocabulary has neither an end-of-turn nor an end-of-text token")
+        self._tokens: dict[int, tuple[bytes, bool]] = {}
+
+    def token(self, token: int) -> tuple[bytes, bool]:
+        """A token's piece (its bytes in output text, special tokens rendered empty as llama.cpp's infill asks
+        for them) and whether it ends generation."""
+        known = self._tokens.get(token)
+        if known is None:
+            known = self._tokens[token] = (self.vocab.piece(token, special=False), self.vocab.is_eog(token))
+        return known
+
+    def apply(self, ids: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return infill_candidates(ids, probs, self.token, self.end)
+
+
+def infill_candidates(ids: np.ndarray, probs: np.ndarray, token_info: Callable[[int], tuple[bytes, bool]],
+                      end: int) -> tuple[np.ndarray, np.ndarray]:
+    """llama.cpp's infill sampler (src/llama-sampler.cpp, llama_sampler_infill_apply) on the candidates ``ids``
+    (most likely first) with their ``probs``, then the distribution llama.cpp's dist sampler draws from.
+    ``token_info(token)`` gives the token's piece (special=False) and whether it ends generation; ``end`` is
+    the end-of-turn token.
+
+    1. When 3 * p(end-of-generation tokens) * n_candidates > p(the others): only the end-of-generation tokens.
+    2. For each pair (i0, i1) in llama.cpp's loop order where i0's piece is non-empty and a prefix of i1's, the
+       less likely of the two is merged into the other (its probability added, the token dropped).
+    3. Text tokens under 0.2 after merging go; none left: the end-of-turn token alone. Then, renormalized, text
+       tokens under 1 / (n_text + 1) go. End-of-generation tokens stay throughout.
+
+    The result is what llama.cpp samples: its dist sampler recomputes the softmax from the logits, which infill
+    leaves as they were (merged-away tokens at -inf), so merging decides which tokens stay but each keeps its
+    own probability, renormalized. Zero-probability candidates take no part in merging: a merge with one never
+    moves probability nor drops a token of positive probability, so skipping them changes nothing that is
+    sampled. Merging looks up each token's extensions among the candidates sorted by piece: O(n log n) plus the
+    (candidate, extension) pairs, not llama.cpp's n^2 comparisons; with top_k = 0 (the whole vocabulary) that
+    is still every token's piece and a Python loop over those pairs, slow but exact."""
+    n = ids.size
+    info = [token_info(token) for token in ids.tolist()]
+    eog = np.fromiter((is_eog for _, is_eog in info), dtype=bool, count=n)
+    p_eog = float(probs[eog].sum())
+    if 3.0 * p_eog * n > float(probs[~eog].sum()):
+        keep = eog & (probs > 0)
+        return ids[keep], probs[keep] / probs[keep].sum()
+
+    live = np.flatnonzero(probs > 0)
+    p = probs[live].tolist()                  # merged probabilities, as llama.cpp's loop leaves them
+    pieces = [info[i][0] for i in live.tolist()]
+    m = len(pieces)
+    by_piece = sorted(range(m), key=pieces.__getitem__)
+    sorted_pieces = [pieces[j] for j in by_piece]
+    alive = [True] * m
+    for i0 in range(m):
+        prefix = pieces[i0]
+        if not alive[i0] or not prefix:
+            continue
+        extensions = []                       # candidates whose piece starts with i0's: a run in piece order
+        k = bisect_left(sorted_pieces, prefix)
+        while k < m and sorted_pieces[k].startswith(prefix):
+            if by_piece[k] != i0:
+                extensions.append(by_piece[k])
+            k += 1
+        for i1 in sorted(extensions):         # llama.cpp's inner loop order
+            if not alive[i1]:
+                continue
+            if p[i1] > p[i0]:                 # merge into the likelier; i0 on a tie
+                p[i1] += p[i0]
+                p[i0], alive[i0] = 0.0, False
+                break                         # llama.cpp's inner loop stops once i0 is gone
+            p[i0] += p[i1]
+            p[i1], alive[i1] = 0.0, False
+
+    live_eog = eog[live].tolist()
+    kept = [i for i in range(m) if alive[i] and (live_eog[i] or p[i] >= INFILL_KEEP)]
+    n_text = sum(not live_eog[i] for i in kept)
+    if n_text == 0:
+        return np.array([end], dtype=ids.dtype), np.ones(1, dtype=probs.dtype)
+    total = sum(p[i] for i in kept)
+    threshold = 1.0 / (n_text + 1)
+    kept = [i for i in kept if live_eog[i] or p[i] / total >= threshold]
+    chosen = live[kept]
+    return ids[chosen], probs[chosen] / probs[chosen].sum()
 
 
 def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | None, sampler: TokenSampler,

@@ -4,8 +4,13 @@ Significance level: every goodness-of-fit test below rejects losslessness at p <
 so a run is reproducible; each test also shows it has the power to fail, on a deliberately lossy acceptance.
 """
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 import specframe
@@ -13,7 +18,7 @@ import specframe.engine
 from specframe.engine import Engine
 from specframe.errors import ParamError
 from specframe.grammar import Constraint, GrammarSpec
-from specframe.sampling import SamplingParams, TokenSampler, verify
+from specframe.sampling import SamplingParams, TokenSampler, infill_candidates, verify
 
 ALPHA = 1e-3
 
@@ -182,6 +187,231 @@ def test_a_logit_bias_names_token_ids_within_bounds():
         SamplingParams(logit_bias={"3": 101})
     with pytest.raises(ParamError, match=r"token 12 is not in the vocabulary \(ids 0 to 11\)"):
         TokenSampler(SamplingParams(logit_bias={"12": 1.0})).check_vocabulary(12)
+
+
+# --- llama.cpp's infill sampler -----------------------------------------------------------------------------------
+
+class PieceVocab:
+    """A vocabulary of given pieces and end-of-generation tokens, counting the pieces asked for."""
+
+    def __init__(self, pieces, eog=(), eos: int = -1, eot: int = -1):
+        self.pieces, self.eog, self.eos, self.eot = list(pieces), set(eog), eos, eot
+        self.asked = 0
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        assert not special                        # llama.cpp's infill renders special tokens empty
+        self.asked += 1
+        return self.pieces[token]
+
+    def is_eog(self, token: int) -> bool:
+        return token in self.eog
+
+
+UNCUT = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+def infill_of(p, vocab, **settings) -> dict[int, float]:
+    """The infill distribution over tokens with probabilities ``p`` (logits log p, nothing cut before)."""
+    sampler = TokenSampler(SamplingParams(**(UNCUT | settings), infill=True), vocab=vocab)
+    ids, probs = sampler.candidates(np.log(np.maximum(np.array(p, dtype=np.float64), 1e-300)).astype(np.float32))
+    assert probs.sum() == pytest.approx(1.0)
+    assert list(probs) == sorted(probs, reverse=True)       # still most likely first
+    return {int(t): float(q) for t, q in zip(ids, probs) if q > 1e-12}
+
+
+def llama_cpp_infill(ids, logits, vocab) -> dict[int, float]:
+    """llama_sampler_infill_apply on candidates sorted by logit, line by line, then the softmax that
+    llama_sampler_dist_apply takes over the logits it leaves: the distribution llama.cpp draws from."""
+    inf = math.inf
+    p = np.exp(np.asarray(logits, dtype=np.float64) - logits[0])
+    p = p / p.sum()                                           # llama_sampler_softmax_impl
+    cur = [{"id": int(t), "logit": float(lg), "p": float(q)} for t, lg, q in zip(ids, logits, p)]
+    eog = np.array([vocab.is_eog(c["id"]) for c in cur])
+    p_eog, p_txt = float(p[eog].sum()), float(p[~eog].sum())
+
+    def dist(kept):
+        if len(kept) == 1:
+            return {kept[0]["id"]: 1.0}
+        top = max(c["logit"] for c in kept)
+        weights = {c["id"]: math.exp(c["logit"] - top) for c in kept}
+        total = sum(weights.values())
+        return {t: w / total for t, w in weights.items() if w > 0}
+
+    if 3 * p_eog * len(cur) > p_txt:
+        return dist([c for c in cur if vocab.is_eog(c["id"])])
+    for i0 in range(len(cur)):
+        for i1 in range(len(cur)):
+            if cur[i0]["logit"] == -inf:
+                break
+            if i0 == i1 or cur[i1]["logit"] == -inf:
+                continue
+            b0, b1 = vocab.pieces[cur[i0]["id"]], vocab.pieces[cur[i1]["id"]]
+            if len(b0) > 0 and len(b0) <= len(b1) and b1[:len(b0)] == b0:
+                dst, src = i0, i1
+                if cur[i1]["p"] > cur[i0]["p"]:
+                    dst, src = src, dst
+                cur[dst]["p"] += cur[src]["p"]
+                cur[src]["logit"], cur[src]["p"] = -inf, 0.0
+    kept, n_non_eog, p_sum = [], 0, 0.0
+    for c in cur:
+        is_eog = vocab.is_eog(c["id"])
+        if c["p"] < 0.2 and not is_eog:
+            continue
+        n_non_eog += not is_eog
+        p_sum += c["p"]
+        kept.append(c)
+    if n_non_eog == 0:
+        return dist([{"id": vocab.eot if vocab.eot >= 0 else vocab.eos, "logit": 1.0}])
+    for c in kept:
+        c["p"] /= p_sum
+    thold = 1.0 / (n_non_eog + 1)
+    return dist([c for c in kept if not (c["p"] < thold and not vocab.is_eog(c["id"]))])
+
+
+def test_infill_ends_the_turn_when_end_of_generation_is_likely_enough():
+    vocab = PieceVocab([b"a", b"b", b"", b""], eog={2, 3}, eos=2)
+    # 3 * 0.1 * 4 = 1.2 > 0.9: only the end-of-generation tokens, renormalized
+    assert infill_of([0.5, 0.4, 0.06, 0.04], vocab) == pytest.approx({2: 0.6, 3: 0.4})
+    # 3 * 0.02 * 4 = 0.24 <= 0.98: text stays, and an end-of-generation token stays however unlikely
+    assert infill_of([0.6, 0.38, 0.015, 0.005], vocab) == pytest.approx({0: 0.6, 1: 0.38, 2: 0.015, 3: 0.005})
+
+
+def test_infill_counts_every_candidate_in_the_end_of_generation_rule():
+    """llama.cpp compares with n = every candidate left, masked ones too (a grammar's -inf under top_k)."""
+    vocab = PieceVocab([b"a", b"b", b"", b"c", b"d"], eog={2}, eos=2)
+    logits = np.log(np.array([0.5, 0.42, 0.08, 1.0, 1.0])).astype(np.float32)
+    assert infill_of(np.exp(logits[:3]), vocab) == pytest.approx({0: 0.5, 1: 0.42, 2: 0.08})   # 0.72 <= 0.92
+    logits[3:] = -np.inf                                       # 3 * 0.08 * 5 > 0.92: the end of the turn
+    sampler = TokenSampler(SamplingParams(**UNCUT, infill=True), vocab=vocab)
+    assert [a.tolist() for a in sampler.candidates(logits)] == [[2], [1.0]]
+
+
+@pytest.mark.parametrize("fo,foo,survivor", [(0.15, 0.12, 1), (0.12, 0.15, 2)], ids=["into fo", "into foo"])
+def test_infill_merges_a_token_into_a_likelier_one_it_is_a_prefix_of_or_spells_a_prefix_of(fo, foo, survivor):
+    """Alone neither "fo" nor "foo" reaches 0.2; merged into the likelier, it does, and is then drawn with its
+    own probability (llama.cpp's dist sampler recomputes the softmax from the logits infill leaves)."""
+    vocab = PieceVocab([b"bar", b"fo", b"foo", b"x", b"y", b""], eog={5}, eos=5)
+    rest = (1.0 - 0.45 - fo - foo) / 2
+    p_survivor = max(fo, foo)
+    assert infill_of([0.45, fo, foo, rest, rest, 0.0], vocab) == pytest.approx(
+        {0: 0.45 / (0.45 + p_survivor), survivor: p_survivor / (0.45 + p_survivor)})
+    unrelated = PieceVocab([b"bar", b"fo", b"go", b"x", b"y", b""], eog={5}, eos=5)
+    assert infill_of([0.45, fo, foo, rest, rest, 0.0], unrelated) == {0: 1.0}
+
+
+def test_infill_keeps_text_tokens_of_at_least_a_fifth_then_of_one_over_n_plus_one():
+    vocab = PieceVocab([b"a", b"b", b"c", b"d", b"e"], eos=4)
+    # 0.19 and 0.05 go at 0.2; renormalized over 0.76 the rest are >= 1/4 and stay
+    assert set(infill_of([0.3, 0.25, 0.21, 0.19, 0.05], vocab)) == {0, 1, 2}
+    # both reach 0.2, but renormalized 0.21 / 0.81 < 1/3
+    assert infill_of([0.6, 0.21, 0.19], vocab) == {0: 1.0}
+    # exactly 0.2 stays, as llama.cpp drops only p < 0.2
+    assert infill_of([0.2] * 5, vocab) == pytest.approx({t: 0.2 for t in range(5)})
+
+
+@pytest.mark.parametrize("eot,end", [(-1, 7), (6, 6)], ids=["eos without an eot", "eot"])
+def test_infill_without_a_likely_text_token_ends_the_turn(eot, end):
+    vocab = PieceVocab([b"a", b"b", b"c", b"d", b"e", b"f", b"", b""], eog={6, 7}, eos=7, eot=eot)
+    assert infill_of([1 / 6] * 6, vocab) == {end: 1.0}      # none reaches 0.2, and the end token was no candidate
+
+
+def test_infill_leaves_greedy_decoding_alone():
+    vocab = PieceVocab([b"a", b"", b"ab"], eog={1}, eos=1)
+    logits = np.log(np.array([0.4, 0.35, 0.25])).astype(np.float32)   # infill would end the turn
+    params = SamplingParams(infill=True)
+    sampler = TokenSampler(params, vocab=vocab)
+    assert sampler.chooses_as_argmax
+    assert sampler.choose(logits, np.empty(0, np.int32)) == 0
+    assert verify(logits[None].repeat(2, axis=0), np.array([0]), None, sampler, "rejection") == (1, [0, 0])
+    assert infill_of(np.exp(logits), vocab) == {1: 1.0}
+
+
+def test_infill_needs_the_vocabulary_except_for_a_drafter():
+    with pytest.raises(ParamError, match="^infill: .*vocabulary"):
+        TokenSampler(SamplingParams(temperature=1.0, infill=True))
+    with pytest.raises(ParamError, match="^infill: .*end-of-turn"):
+        TokenSampler(SamplingParams(infill=True), vocab=PieceVocab([b"a"]))
+    logits = np.log(np.array([0.5, 0.3, 0.2])).astype(np.float32)
+    drafter = TokenSampler(SamplingParams(**UNCUT, infill=True), 1)         # a drafter's stream: drafts without
+    plain = TokenSampler(SamplingParams(**UNCUT), 1)
+    assert all(np.array_equal(a, b) for a, b in zip(drafter.candidates(logits), plain.candidates(logits)))
+
+
+def test_infill_asks_the_vocabulary_once_per_token():
+    vocab = PieceVocab([b"a", b"ab", b"b", b""], eog={3}, eos=3)
+    sampler = TokenSampler(SamplingParams(**UNCUT, infill=True), vocab=vocab)
+    logits = np.log(np.array([0.4, 0.3, 0.25, 0.05])).astype(np.float32)
+    first = sampler.candidates(logits)
+    for _ in range(5):
+        again = sampler.candidates(logits)
+        assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert vocab.asked == 4
+
+
+def test_rejection_sampling_under_infill_emits_the_infill_distribution():
+    vocab = PieceVocab([b"the", b"th", b"a", b"x", b""], eog={4}, eos=4)
+    target = np.array([0.3, 0.12, 0.28, 0.27, 0.03])
+    expected = infill_of(target, vocab)
+    assert set(expected) == {0, 2, 3, 4}                      # "th" merged into "the"; the EOG token stays
+    sampler = TokenSampler(SamplingParams(**UNCUT, infill=True, seed=3), vocab=vocab)
+    q = np.full(5, 0.2)                                       # the draft proposes every token alike
+    draft_rng = np.random.default_rng(4)
+    logits = np.log(target).astype(np.float32)[None].repeat(2, axis=0)
+    counts = {}
+    for _ in range(20000):
+        token = int(draft_rng.choice(5, p=q))
+        _, emitted = verify(logits, np.array([token]), q[None].astype(np.float32), sampler, "rejection")
+        counts[(emitted[0],)] = counts.get((emitted[0],), 0) + 1
+    assert (1,) not in counts
+    assert goodness_of_fit(counts, {(t,): p for t, p in expected.items()}) > ALPHA
+
+
+ALPHABET_PIECES = st.lists(st.binary(max_size=3).map(lambda b: bytes(b"ab"[x % 2] for x in b)), min_size=1,
+                           max_size=16)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=ALPHABET_PIECES, data=st.data())
+def test_infill_matches_a_transcription_of_llama_cpp(pieces, data):
+    """Random vocabularies over a two-letter alphabet (prefixes everywhere, empty pieces too) and random
+    logits, with ties, masked tokens (-inf) and tokens of probability 0 (so far below the best that exp
+    underflows), under random cuts and temperatures."""
+    n = len(pieces)
+    eog = data.draw(st.sets(st.integers(0, n - 1), max_size=2))
+    eos = data.draw(st.integers(0, n - 1))
+    eot = data.draw(st.sampled_from([-1, eos, data.draw(st.integers(0, n - 1))]))
+    vocab = PieceVocab(pieces, eog, eos, eot)
+    value = st.one_of(*[st.floats(-6.0, 6.0)] * 3, *[st.sampled_from([0.0, 1.0, -1.0])] * 2, st.just(-np.inf),
+                      st.just(-2000.0))
+    logits = np.array(data.draw(st.lists(value, min_size=n, max_size=n)), dtype=np.float32)
+    logits[data.draw(st.integers(0, n - 1))] = data.draw(st.floats(-6.0, 6.0))     # at least one finite
+    params = SamplingParams(temperature=data.draw(st.sampled_from([0.3, 1.0, 2.5, 5.0])),
+                            top_k=data.draw(st.one_of(st.just(0), st.integers(0, n))),
+                            top_p=data.draw(st.sampled_from([1.0, 1.0, 0.9])),
+                            min_p=data.draw(st.sampled_from([0.0, 0.0, 0.05])), infill=True)
+    ids, _ = TokenSampler(replace(params, infill=False)).candidates(logits)
+    raw = logits[ids].astype(np.float64)
+    expected = llama_cpp_infill(ids, (raw - raw[0]) / params.temperature, vocab)
+
+    got_ids, got = TokenSampler(params, vocab=vocab).candidates(logits)
+    assert got.sum() == pytest.approx(1.0)
+    assert np.all(np.diff(got) <= 1e-15)                      # most likely first
+    result = {int(t): float(p) for t, p in zip(got_ids, got) if p > 0}
+    assert result == pytest.approx(expected, rel=1e-9, abs=1e-300)
+
+
+@pytest.mark.parametrize("pieces,p,expected", [
+    ([b"b", b"a", b"ab", b"abc"], [0.34, 0.26, 0.22, 0.18], {0: 0.34 / 0.6, 1: 0.26 / 0.6}),
+    ([b"x", b"ab", b"a", b"aa"], [0.35, 0.3, 0.2, 0.15], {0: 0.35 / 0.65, 1: 0.3 / 0.65}),
+], ids=["a takes ab, then abc", "a goes into ab before it meets aa"])
+def test_infill_merges_prefixes_in_llama_cpp_loop_order(pieces, p, expected):
+    """Each token, in candidate order, meets the candidates its piece is a prefix of in candidate order: it takes
+    the less likely ones until it meets a likelier one, which takes it. Survivors keep their own p."""
+    info = {t: (piece, False) for t, piece in enumerate(pieces)}
+    ids, p = np.arange(len(pieces)), np.array(p)
+    ids_out, p_out = infill_candidates(ids, p, info.__getitem__, end=9)
+    assert dict(zip(ids_out.tolist(), p_out.tolist())) == pytest.approx(expected)
+    assert llama_cpp_infill(ids, np.log(p), PieceVocab(pieces)) == pytest.approx(expected)
 
 
 # --- whole generations on a synthetic model ---------------------------------------------------------------------
