@@ -79,6 +79,7 @@ _SERVER_FLAGS = (
     (("--host",), "server.host", "Address to listen on (default 127.0.0.1)."),
     (("--port",), "server.port", "Port (default 8080; 0: any free port)."),
     (("--slots",), "server.slots", "Requests decoded together (default 4)."),
+    (("--cache-reuse",), "server.cache_reuse", "Keep runs of >= N prompt tokens a slot holds elsewhere (0: off)."),
     (("--api-key",), "server.api_key", "Clients must send 'Authorization: Bearer KEY'."),
 )
 
@@ -244,7 +245,8 @@ def chat(signals, config, system, no_spec):
 @main.command()
 @_config_options(_SERVER_FLAGS, _GENERATION_FLAGS)
 def serve(config):
-    """Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models), /health and /metrics.
+    """Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models), llama-server's own (/infill,
+    /completion, /tokenize, /detokenize, /apply-template, /props, /slots), /health and /metrics.
 
     The config is run's, plus a [server] table; -n, --temp and -s are the defaults of requests."""
     from specframe.serve.server import serve as run_server

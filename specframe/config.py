@@ -75,6 +75,9 @@ class ServerConfig:
     port: int = param(8080, min=0, max=65535, help="port to listen on (0: any free port)")
     slots: int = param(4, min=1, max=256, help="requests decoded together, one sequence each in one context")
     queue: int = param(64, min=0, max=1 << 20, help="requests waiting for a slot beyond which a request gets 503")
+    cache_reuse: int = param(0, min=0, max=INT32_MAX,
+                             help="keep runs of at least this many prompt tokens that a slot holds at other positions "
+                                  "(moved into place, as llama-server's --cache-reuse; 0: the shared prefix only)")
     api_key: str = param("", help="clients must send 'Authorization: Bearer KEY' (empty: no key)")
     model_name: str = param("", help="the model id in /v1/models and responses (empty: the target's file name)")
 

@@ -1,4 +1,5 @@
-"""The HTTP front end (FastAPI on uvicorn): OpenAI's endpoints, /health and /metrics, errors in OpenAI's shape.
+"""The HTTP front end (FastAPI on uvicorn): OpenAI's endpoints, llama-server's own (llama_api.py), /health and
+/metrics, errors in OpenAI's shape.
 
 Handlers never touch the engine: they hand requests to the engine thread (scheduler.py) and read what comes
 back from each request's own queue. A client that goes away cancels its request, streaming or not.
@@ -8,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import secrets
 import time
+from importlib.metadata import version
 from typing import AsyncIterator, Callable
 
 import anyio
@@ -19,8 +22,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from specframe.engine import Engine
+from specframe.errors import SpecframeError
+from specframe.infill import ExtraChunk
+from specframe.sampling import SAMPLING_KEYS
+from specframe.serve.llama_api import (
+    ApplyTemplateBody,
+    CompletionBody,
+    DetokenizeBody,
+    InfillBody,
+    NativeAnswer,
+    TokenizeBody,
+)
 from specframe.serve.protocol import Answer, ChatCompletionRequest, CompletionRequest, FieldError, error_body
-from specframe.serve.scheduler import Accepted, Finished, Job, QueueFull, Rejected, Scheduler, Text
+from specframe.serve.scheduler import Accepted, Finished, InfillInput, Job, QueueFull, Rejected, Scheduler, Text
 from specframe.tool_calls import ToolCall, ToolCallStream
 
 
@@ -111,7 +126,67 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
         shape = Answer(False, model_name, logprobs=options["logprobs"] is not None)
         return await answer(job, shape, body.stream, body.include_usage, request)
 
-    async def answer(job: Job, shape: Answer, stream: bool, include_usage: bool, request: Request) -> Response:
+    @app.post("/completion", dependencies=keyed)
+    @app.post("/completions", dependencies=keyed)
+    async def native_completion(body: CompletionBody, request: Request):
+        job = Job(None, body.prompt, body.options(), asyncio.get_running_loop(), slot=body.slot,
+                  cache_prompt=body.cache_prompt, native=True)
+        return await native_answer(job, body, request)
+
+    @app.post("/infill", dependencies=keyed)
+    async def infill(body: InfillBody, request: Request):
+        extra = [ExtraChunk(chunk.text, chunk.filename) for chunk in body.input_extra]
+        job = Job(None, InfillInput(body.input_prefix, body.input_suffix, body.prompt, extra), body.options(),
+                  asyncio.get_running_loop(), slot=body.slot, cache_prompt=body.cache_prompt, native=True)
+        return await native_answer(job, body, request)
+
+    @app.post("/tokenize", dependencies=keyed)
+    async def tokenize(body: TokenizeBody):
+        def run(engine: Engine) -> dict:
+            tokens = engine.vocab.tokenize(body.content, add_special=body.add_special,
+                                           parse_special=body.parse_special).tolist()
+            if not body.with_pieces:
+                return {"tokens": tokens}
+            return {"tokens": [{"id": token, "piece": _piece(engine.vocab.piece(token, special=True))}
+                               for token in tokens]}
+        return await engine_call(run)
+
+    @app.post("/detokenize", dependencies=keyed)
+    async def detokenize(body: DetokenizeBody):
+        def run(engine: Engine) -> dict:
+            n_vocab = engine.vocab.n_tokens
+            if any(not 0 <= token < n_vocab for token in body.tokens):
+                raise FieldError("tokens", f"token ids run from 0 to {n_vocab - 1}")
+            return {"content": engine.vocab.detokenize(body.tokens)}
+        return await engine_call(run)
+
+    @app.post("/apply-template", dependencies=keyed)
+    async def apply_template(body: ApplyTemplateBody):
+        messages = [m.as_template_input() for m in body.messages]
+        return await engine_call(lambda engine: {"prompt": engine.chat_prompt(messages)})
+
+    @app.get("/props", dependencies=keyed)
+    async def props():
+        return await engine_call(lambda engine: properties(engine, scheduler, model_name))
+
+    @app.get("/slots", dependencies=keyed)
+    async def slots():
+        return await engine_call(scheduler.slot_states)
+
+    async def engine_call(function: Callable[[Engine], object]) -> Response:
+        if not scheduler.ready.is_set():
+            return error(503, "loading the model", code="loading")
+        try:
+            return JSONResponse(await scheduler.call(function))
+        except QueueFull as exc:
+            return error(503, str(exc), code="unavailable")
+        except FieldError as exc:
+            return error(400, str(exc), exc.field, "invalid_value")
+        except SpecframeError as exc:     # a chat template the model cannot apply, a model without one
+            return error(400, str(exc), code="invalid_value")
+
+    async def admitted(job: Job) -> Accepted | Response:
+        """Hand the request over; what the engine thread said of it first (or the error response)."""
         if not scheduler.ready.is_set():
             return error(503, "loading the model", code="loading")
         try:
@@ -122,15 +197,68 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
         if isinstance(first, Rejected):
             return error(first.status, first.message, first.param, first.code)
         assert isinstance(first, Accepted)
+        return first
+
+    async def answer(job: Job, shape: Answer, stream: bool, include_usage: bool, request: Request) -> Response:
+        first = await admitted(job)
+        if not isinstance(first, Accepted):
+            return first
         shape.markers = first.tool_call_markers
         if stream:
             return EventStream(sse(job, shape, include_usage), job.cancel)
-        return await whole(job, shape, request)
+        return await whole(job, request, lambda end: shape.whole(end.result, end.pieces.__getitem__))
+
+    async def native_answer(job: Job, body: CompletionBody | InfillBody, request: Request) -> Response:
+        first = await admitted(job)
+        if not isinstance(first, Accepted):
+            return first
+        settings = {key: value for key, value in job.options.items() if key in SAMPLING_KEYS and value is not None}
+        shape = NativeAnswer(model_name, -1 if job.slot is None else job.slot, body.response_fields,
+                             body.return_tokens, first.prompt_text,
+                             settings | {"n_predict": job.options["max_tokens"], "stop": job.options["stop"] or []})
+        if body.stream:
+            return EventStream(native_sse(job, shape, first.n_prompt_tokens), job.cancel)
+        return await whole(job, request, lambda end: dataclasses.replace(shape, slot=end.slot).whole(
+            end.result, end.result.text, end.result.stop_word))
 
     return app
 
 
-async def whole(job: Job, shape: Answer, request: Request) -> Response:
+def properties(engine: Engine, scheduler: Scheduler, model_name: str) -> dict:
+    """/props: llama-server's description of the server (the generation defaults, the slots, the model, its chat
+    template), and specframe's drafters."""
+    config, vocab = engine.config, engine.vocab
+    defaults = {key: getattr(config.sampling, key) for key in SAMPLING_KEYS}
+    return {
+        "default_generation_settings": {"params": defaults | {"n_predict": config.generation.max_tokens,
+                                                              "stop": list(config.generation.stop)},
+                                        "n_ctx": engine.context.n_ctx},
+        "total_slots": scheduler.slots,
+        "model_alias": model_name,
+        "model_path": str(engine.model.path),
+        "modalities": {"vision": False, "audio": False},
+        "endpoint_slots": True,
+        "endpoint_props": False,
+        "endpoint_metrics": True,
+        "chat_template": engine.model.chat_template or "",
+        "bos_token": vocab.piece(vocab.bos, special=True).decode(errors="replace"),
+        "eos_token": vocab.piece(vocab.eos, special=True).decode(errors="replace"),
+        "build_info": f"specframe {version('specframe')}",
+        "infill": not vocab.fim.missing,
+        "cache_reuse": config.server.cache_reuse,
+        "drafters": [{"name": d.name, "type": d.type} for d in config.drafters] if config.speculative.enabled else [],
+    }
+
+
+def _piece(data: bytes) -> str | list[int]:
+    """A token's text, or its bytes where they are not UTF-8 on their own (llama-server's /tokenize)."""
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return list(data)
+
+
+async def whole(job: Job, request: Request, render: Callable[[Finished], dict]) -> Response:
     """Wait for the end of the request, cancelling it if the client disconnects first."""
     outcome: list = []
 
@@ -150,7 +278,27 @@ async def whole(job: Job, shape: Answer, request: Request) -> Response:
     event = outcome[0]
     if isinstance(event, Rejected):
         return error(event.status, event.message, event.param, event.code)
-    return JSONResponse(shape.whole(event.result, event.pieces.__getitem__))
+    return JSONResponse(render(event))
+
+
+async def native_sse(job: Job, shape: NativeAnswer, n_prompt: int) -> AsyncIterator[str]:
+    """llama-server's native stream: a chunk per piece of text, then the whole response (its content already
+    sent); no [DONE]."""
+    predicted = 0
+    while True:
+        event = await job.events.get()
+        if isinstance(event, Text):
+            predicted += len(event.tokens)
+            shape.slot = event.slot
+            yield _event(shape.chunk(event.text, event.tokens, predicted, n_prompt))
+        elif isinstance(event, Finished):
+            shape.slot = event.slot
+            final = dataclasses.replace(shape, return_tokens=False)   # its text and tokens were sent in chunks
+            yield _event(final.whole(event.result, "", event.result.stop_word))
+            return
+        else:
+            yield _event(error_body(event.status, event.message, event.param, event.code))
+            return
 
 
 async def sse(job: Job, shape: Answer, include_usage: bool) -> AsyncIterator[str]:

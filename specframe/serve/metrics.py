@@ -12,7 +12,7 @@ from specframe.results import GenerationResult
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 # vLLM's finished_reason labels: the model finished, the budget ended it, or it was cut short
-FINISHED_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length",
+FINISHED_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "limit": "length", "context_full": "length",
                     "interrupted": "abort", "cancelled": "abort"}
 
 

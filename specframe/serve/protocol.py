@@ -28,7 +28,7 @@ from specframe.tool_calls import ToolCall, split_tool_calls
 MAX_TOP_LOGPROBS = 20   # OpenAI's bound on top_logprobs
 
 # How a request ended, as OpenAI names it: the model finished (or a stop string), or the answer was cut short.
-FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length",
+FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "limit": "length", "context_full": "length",
                   "interrupted": "length", "cancelled": "length"}
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from specframe.config import Config
 from specframe.engine import Engine
 from specframe.errors import ParamError, SpecframeError
+from specframe.infill import ExtraChunk, infill_prompt
 from specframe.results import GenerationResult
 from specframe.sampling import SAMPLING_KEYS, TokenLogprob
 from specframe.sequence import Sequence
@@ -42,6 +43,17 @@ log = logging.getLogger("specframe.serve")
 class Accepted:
     n_prompt_tokens: int
     tool_call_markers: tuple[str, str] | None = None   # how calls are written, where the request offered tools
+    prompt_text: str = ""                              # the prompt as laid out (native requests only)
+
+
+@dataclass(frozen=True)
+class InfillInput:
+    """An editor's fill-in-the-middle request, laid out on the engine thread (infill.py)."""
+
+    prefix: str
+    suffix: str
+    prompt: str
+    extra: list[ExtraChunk]
 
 
 @dataclass(frozen=True)
@@ -57,12 +69,15 @@ class Text:
     text: str
     logprobs: list[TokenLogprob] = field(default_factory=list)   # of the tokens behind it, when asked for
     pieces: dict[int, bytes] = field(default_factory=dict)      # the bytes of the tokens those entries name
+    tokens: list[int] = field(default_factory=list)             # the tokens generated since the last Text
+    slot: int = -1
 
 
 @dataclass(frozen=True)
 class Finished:
     result: GenerationResult
     pieces: dict[int, bytes] = field(default_factory=dict)   # the bytes of the tokens its log-probabilities name
+    slot: int = -1
 
 
 class QueueFull(SpecframeError):
@@ -74,13 +89,17 @@ class Job:
     """One request on its way through the engine thread."""
 
     messages: list[dict] | None                # a chat, as chat templates read its messages
-    prompt: str | None                         # or a raw prompt
+    prompt: str | list[int] | InfillInput | None   # or a raw prompt (text or token ids), or the text around a cursor
     options: dict                              # Engine.start's options
     loop: asyncio.AbstractEventLoop
     tools: ToolRequest | None = None           # functions the model may call
+    slot: int | None = None                    # the slot it must run in (llama-server's id_slot), else any
+    cache_prompt: bool = True                  # keep what the slot's memory holds of the prompt
+    native: bool = False                       # llama-server's own API: Accepted spells the prompt out
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     arrived: float = field(default_factory=time.perf_counter)
     first_text: float | None = None
+    tokens_sent: int = 0                       # generated tokens already sent with Text events
     _cancelled: threading.Event = field(default_factory=threading.Event)
 
     def send(self, event) -> None:
@@ -96,6 +115,33 @@ class Job:
         return self._cancelled.is_set()
 
 
+@dataclass(eq=False)
+class Call:
+    """A function of the engine (tokenizing, a template, a look at the slots) run on the engine thread between
+    steps, its result (or exception) set on ``future`` in the caller's loop."""
+
+    function: Callable[[Engine], object]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+    def run(self, engine: Engine) -> None:
+        try:
+            result = self.function(engine)
+        except Exception as exc:
+            self.loop.call_soon_threadsafe(_settle, self.future, None, exc)
+        else:
+            self.loop.call_soon_threadsafe(_settle, self.future, result, None)
+
+
+def _settle(future: asyncio.Future, result, exc: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
 class Scheduler:
     def __init__(self, config: Config, slots: int, queue_size: int, metrics: Metrics,
                  on_failure: Callable[[], None] = lambda: None):
@@ -107,7 +153,7 @@ class Scheduler:
         self.on_failure = on_failure
         self.ready = threading.Event()     # the models are loaded (or failed to load: see ``failure``)
         self.failure: str | None = None    # why the engine could not start, or why saving failed at the end
-        self._inbox: queue.Queue[Job | None] = queue.Queue()
+        self._inbox: queue.Queue[Job | Call | None] = queue.Queue()
         self._lock = threading.RLock()     # shutdown() may run in a signal handler while submit() holds it
         self._in_flight = 0                # submitted, not yet finished or refused
         self._stopping = False
@@ -130,6 +176,15 @@ class Scheduler:
                 raise QueueFull(f"all {self.slots} slots are busy and {self.queue_size} requests wait already")
             self._in_flight += 1
         self._inbox.put(job)
+
+    async def call(self, function: Callable[[Engine], object]):
+        """``function(engine)`` run on the engine thread; its result, or its exception raised here."""
+        if self._stopping or self.failure or not self.ready.is_set():
+            raise QueueFull(self.failure or "the server is not serving")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._inbox.put(Call(function, future, loop))
+        return await future
 
     def shutdown(self) -> None:
         """Refuse new requests and end those in flight now (their text so far is sent); the engine thread then
@@ -199,6 +254,9 @@ class Scheduler:
             block = False
             if job is None:
                 return False
+            if isinstance(job, Call):
+                job.run(engine)
+                continue
             try:
                 tokens = self._tokens(engine, job)
                 if job.tools is not None:
@@ -216,18 +274,29 @@ class Scheduler:
                 continue
             template = engine.chat_template
             markers = template.tool_call_markers if job.tools is not None and template is not None else None
-            job.send(Accepted(int(tokens.size), markers))
+            shown = engine.vocab.detokenize(tokens, unparse_special=True) if job.native else ""
+            job.send(Accepted(int(tokens.size), markers, shown))
             self._waiting.append((job, tokens))
 
     def _tokens(self, engine: Engine, job: Job) -> np.ndarray:
         model, field_name = engine.model, "messages" if job.messages is not None else "prompt"
+        if job.slot is not None and job.slot >= self.slots:
+            raise _Refusal(400, f"id_slot: this server has slots 0 to {self.slots - 1}", "id_slot")
+        prompt = job.prompt
         if job.messages is not None:
             if model.chat_template is None:
                 raise _Refusal(400, f"{model.path} has no chat template: use /v1/completions", "messages")
             text = engine.chat_prompt(job.messages, job.tools.tools if job.tools is not None else None)
+            tokens = engine.vocab.tokenize(text, add_special=True, parse_special=True)
+        elif isinstance(prompt, InfillInput):
+            tokens = infill_prompt(engine.vocab, prompt.prefix, prompt.suffix, prompt.prompt, prompt.extra,
+                                   n_batch=engine.context.n_batch, n_predict=-1, n_ctx=engine.context.n_ctx)
+        elif isinstance(prompt, list):
+            tokens = np.asarray(prompt, dtype=np.int32)
+            if tokens.size and (tokens.min() < 0 or tokens.max() >= engine.vocab.n_tokens):
+                raise _Refusal(400, f"prompt: token ids run from 0 to {engine.vocab.n_tokens - 1}", "prompt")
         else:
-            text = job.prompt or ""
-        tokens = engine.vocab.tokenize(text, add_special=True, parse_special=True)
+            tokens = engine.vocab.tokenize(prompt or "", add_special=True, parse_special=True)
         if tokens.size == 0:
             raise _Refusal(400, f"{field_name}: the prompt is empty", field_name)
         n_ctx = engine.context.n_ctx
@@ -235,6 +304,18 @@ class Scheduler:
             raise _Refusal(400, f"{field_name}: the prompt has {tokens.size} tokens, more than fit in the "
                                 f"context of {n_ctx} tokens per slot", field_name, "context_length_exceeded")
         return tokens
+
+    def slot_states(self, engine: Engine) -> list[dict]:
+        """/slots: what each slot holds and does (on the engine thread)."""
+        states = []
+        for slot in range(self.slots):
+            job_sequence = self._active.get(slot)
+            sequence = job_sequence[1] if job_sequence is not None else None
+            states.append({"id": slot, "n_ctx": engine.context.n_ctx, "is_processing": sequence is not None,
+                           "n_cached": sequence.n_past if sequence is not None else engine.kept(slot),
+                           "next_token": [{"has_next_token": sequence is not None,
+                                           "n_decoded": len(sequence.generated) if sequence is not None else 0}]})
+        return states
 
     def _drop_cancelled(self, engine: Engine) -> None:
         for waiting in [w for w in self._waiting if w[0].cancelled]:
@@ -244,19 +325,26 @@ class Scheduler:
             self._end(engine, slot, "cancelled")
 
     def _admit(self, engine: Engine) -> None:
+        """Waiting requests take free slots in turn; one bound to a busy slot (id_slot) waits for it."""
         free = [slot for slot in range(self.slots) if slot not in self._active]
-        while free and self._waiting:
-            job, tokens = self._waiting.popleft()
-            slot = max(free, key=lambda s: (self._reusable(engine, s, tokens), -self._last_used[s]))
+        for waiting in list(self._waiting):
+            if not free:
+                return
+            job, tokens = waiting
+            if job.slot is not None and job.slot not in free:
+                continue
+            self._waiting.remove(waiting)
+            slot = job.slot if job.slot is not None else max(
+                free, key=lambda s: (self._reusable(engine, s, tokens), -self._last_used[s]))
             free.remove(slot)
-            sequence = engine.start(tokens, slot=slot, reuse=True, **job.options)
+            sequence = engine.start(tokens, slot=slot, reuse=job.cache_prompt,
+                                    reuse_chunks=self.config.server.cache_reuse, **job.options)
             self._active[slot] = (job, sequence)
 
-    @staticmethod
-    def _reusable(engine: Engine, slot: int, tokens: np.ndarray) -> int:
+    def _reusable(self, engine: Engine, slot: int, tokens: np.ndarray) -> int:
         """The prompt tokens the slot's memory would spare evaluating, if that keeps at least half of it or the
         whole prompt (all but the last token, which is always fed anew)."""
-        common = engine.cached_prefix(slot, tokens)
+        common = engine.reusable(slot, tokens, self.config.server.cache_reuse)
         return common if 2 * common >= engine.kept(slot) or common == tokens.size - 1 else 0
 
     def _publish(self, engine: Engine) -> None:
@@ -268,16 +356,18 @@ class Scheduler:
     def _send_text(self, job: Job, sequence: Sequence) -> None:
         text = "".join(sequence.take_text())
         logprobs = sequence.take_logprobs()
+        tokens = sequence.generated[job.tokens_sent:]
         if text or logprobs:
+            job.tokens_sent = len(sequence.generated)
             job.first_text = job.first_text or time.perf_counter()
-            job.send(Text(text, logprobs, _pieces(sequence, logprobs)))
+            job.send(Text(text, logprobs, _pieces(sequence, logprobs), tokens, sequence.seq))
 
     def _end(self, engine: Engine, slot: int, reason: str | None = None) -> None:
         job, sequence = self._active.pop(slot)
         result = engine.finish(sequence, reason)
         self._last_used[slot] = time.perf_counter()
         self._send_text(job, sequence)
-        job.send(Finished(result, _pieces(sequence, result.logprobs or [])))
+        job.send(Finished(result, _pieces(sequence, result.logprobs or []), slot))
         self._release()
         now = time.perf_counter()
         self.metrics.finished(result, job.first_text and job.first_text - job.arrived, now - job.arrived)
@@ -303,7 +393,9 @@ class Scheduler:
                 job = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if job is not None:
+            if isinstance(job, Call):
+                job.loop.call_soon_threadsafe(_settle, job.future, None, QueueFull(refusal.message))
+            elif job is not None:
                 self._refuse(job, refusal)
 
 
