@@ -29,23 +29,26 @@ def run(*args):
      "hf:ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF:Q8_0", {}),
     ("fim-qwen-14b-spec", "hf:ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF:Q8_0",
      "hf:ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF:Q8_0", {}),
+    ("fim-qwen-1.5b-spec", "qwen2.5-coder-1.5b-instruct-q4_k_m", DRAFT, {"quantize": "q4_0"}),
 ])
 def test_each_preset_expands_into_its_target_and_draft_model(name, target, draft, settings):
     config = load_config(preset_path(name))
     assert config.target.model == target
-    (drafter,) = config.drafters
-    assert drafter.type == "draft-model" and drafter.params.model == draft
+    (drafter,) = [d for d in config.drafters if d.type == "draft-model"]
+    assert drafter.params.model == draft
     assert {key: getattr(drafter.params, key) for key in settings} == settings
     assert PRESETS[name].models == (target, draft) and PRESETS[name].description
 
 
-def test_llama_cpp_fim_presets_keep_its_batch_and_port():
-    config = load_config(preset_path("fim-qwen-7b-spec"))
-    assert config.target.n_batch == 1024 and config.server.port == 8012
+@pytest.mark.parametrize("name", ["fim-qwen-1.5b-spec", "fim-qwen-7b-spec", "fim-qwen-14b-spec"])
+def test_fim_presets_keep_llama_cpps_batch_port_and_cache_reuse(name):
+    config = load_config(preset_path(name))
+    assert config.target.n_batch == 1024 and config.server.port == 8012 and config.server.cache_reuse == 256
 
 
 def test_an_unknown_preset_lists_the_known_ones():
-    with pytest.raises(ModelError, match=r"^unknown preset 'qwen'; presets: fim-qwen-14b-spec, .*qwen-coder-1.5b-spec"):
+    with pytest.raises(ModelError,
+                       match=r"^unknown preset 'qwen'; presets: fim-qwen-1.5b-spec, .*qwen-coder-1.5b-spec"):
         preset_path("qwen")
     result = run("run", "--preset", "qwen", "-p", "hi")
     assert result.exit_code == 1 and result.stderr.startswith("Error: unknown preset 'qwen'")
