@@ -9,11 +9,14 @@ import pytest
 from third_party_drafter import THIRD_PARTY
 
 from specframe.bench.oracle import oracle_chain, settled_reference
+from specframe.drafters.draft_model import MOVED_RUN_MIN, DraftModelDrafter, DraftModelParams
+from specframe.drafting import DrafterEnv
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
 from specframe.stats_text import format_stats
 from specframe.testing.lossless import compare
+from specframe.testing.synthetic import SyntheticShape, write_synthetic_model
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 
@@ -528,3 +531,126 @@ def test_off_or_on_a_cpu_the_host_scans_the_logits(engine_for, setting):
     assert not engine.model.offloaded                       # this build: the CPU alone
     engine.generate(PROMPT, raw=True, max_tokens=4)
     assert not engine.context.chooses_on_device(0)
+
+
+
+# --- keeping a slot's memory: moved runs (llama-server's --cache-reuse) and warm-ups ---------------------------
+#
+# A moved run's keys are rotated to their new positions, yet from the second layer on they were computed after the
+# tokens that preceded the run where it was (dropped since): on a model of several layers a moved run is close to,
+# not equal to, a fresh evaluation (as in llama-server). On one layer it is exact but for RoPE's rounding, which is
+# what checks the moving itself; the two-layer target checks only what is kept.
+
+@pytest.fixture(scope="module")
+def one_layer_path(models_dir):
+    return write_synthetic_model(models_dir / "one-layer.gguf", seed=0, shape=SyntheticShape(n_layer=1))
+
+
+@pytest.fixture
+def one_layer_engine(write_config, one_layer_path):
+    """``one_layer_engine()``: an engine of the one-layer model whose memory holds float32 keys and values (no f16
+    rounding), giving rows of logits rather than greedy choices."""
+    engines = []
+
+    def make() -> Engine:
+        engine = Engine.from_config(write_config(f"""
+            [target]
+            model = "{one_layer_path}"
+            n_ctx = 1024
+            type_k = "f32"
+            type_v = "f32"
+            flash_attn = "off"
+            """, name=f"one-layer-{len(engines)}.toml"))
+        engine.context.choose_on_device(0, False)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def moved_window(engine: Engine, seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt A of 300 random tokens, and B: A's first 20, A's last 200 (its middle 100 dropped), then 60 new."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(3, engine.vocab.n_tokens, 300).astype(np.int32)
+    b = np.concatenate([a[:20], a[120:], rng.integers(3, engine.vocab.n_tokens, 60)]).astype(np.int32)
+    return a, b
+
+
+def test_a_run_held_further_on_is_moved_into_place_and_decodes_as_a_fresh_prompt(one_layer_engine):
+    engine, fresh = one_layer_engine(), one_layer_engine()
+    a, b = moved_window(engine)
+    engine.generate(a, speculative=False, temperature=0.0, max_tokens=4)
+    assert engine.reusable(0, b) == engine.reusable(0, b, 0) == 20         # the common prefix alone
+    assert engine.reusable(0, b, 32) == 200 == engine.reusable(0, b, 180)   # and the run of 180 held at 120
+    assert engine.reusable(0, b, 181) == 20
+    sequence = engine.start(b, reuse=True, reuse_chunks=32)
+    assert sequence.stats.n_cached_tokens == 200 and engine.context.positions(0) == 200
+    moved = engine.context.decode(b[200:], 200, all_logits=True).copy()
+    expected = fresh.context.decode(b, 0, all_logits=True)[200:]
+    assert np.abs(moved - expected).max() < 1e-3
+
+
+def test_a_reused_moved_prompt_continues_as_a_fresh_prompt_does(one_layer_engine):
+    engine, fresh = one_layer_engine(), one_layer_engine()
+    a, b = moved_window(engine, seed=6)
+    engine.generate(a, speculative=False, temperature=0.0, max_tokens=4)
+    reused = engine.generate(b, reuse=True, reuse_chunks=32, speculative=False, temperature=0.0, max_tokens=16)
+    assert reused.stats.n_cached_tokens == 200
+    assert reused.tokens == fresh.generate(b, speculative=False, temperature=0.0, max_tokens=16).tokens
+
+
+def test_without_reuse_chunks_a_slot_keeps_only_the_common_prefix(engine_for):
+    engine = engine_for(n_ctx=1024)
+    a, b = moved_window(engine, seed=7)
+    engine.generate(a, speculative=False, temperature=0.0, max_tokens=4)
+    assert engine.generate(b, reuse=True, speculative=False, max_tokens=1).stats.n_cached_tokens == 20
+    engine.generate(a, speculative=False, temperature=0.0, max_tokens=4)
+    chunks = engine.generate(b, reuse=True, reuse_chunks=32, speculative=False, max_tokens=1)
+    assert chunks.stats.n_cached_tokens == 200 and chunks.stats.n_prompt_tokens == 260
+
+
+def test_a_draft_model_moves_the_long_runs_a_new_prompt_shares_and_drafts_as_for_a_fresh_one(
+        target_model, one_layer_path, monkeypatch):
+    env = DrafterEnv(target=target_model, n_ctx=512, n_threads=2, n_gpu_layers=0)
+    params = DraftModelParams(model=str(one_layer_path), p_min=0.0, n_max=6, type_k="f32", type_v="f32",
+                              flash_attn="off")
+    drafter = DraftModelDrafter(params, env)
+    rng = np.random.default_rng(3)
+    a = rng.integers(3, target_model.vocab.n_tokens, 200).astype(np.int32)
+    new = rng.integers(3, target_model.vocab.n_tokens, 20).astype(np.int32)
+    drafter.begin(a)
+    drafter.draft(a, 6)
+    moves: list[tuple] = []
+    move = drafter.context.move
+    monkeypatch.setattr(drafter.context, "move", lambda *args: (moves.append(args), move(*args)))
+    short = np.concatenate([a[:10], a[150:150 + MOVED_RUN_MIN - 1], new])     # a run one token too short
+    drafter.begin(short)
+    assert moves == []
+    drafter.begin(a)
+    long = np.concatenate([a[:10], a[90:], new])
+    drafter.begin(long)
+    assert moves == [(0, 90, 110, 10)]          # sequence 0's [90, 200) down to 10
+    fresh = DraftModelDrafter(params, env)
+    assert drafter.draft(long, 6).tokens.tolist() == fresh.draft(long, 6).tokens.tolist()
+    drafter.close()
+    fresh.close()
+
+
+def test_max_tokens_0_evaluates_the_prompt_and_keeps_it_for_the_next_request(engine_for):
+    engine, fresh = engine_for(DRAFTERS["whole chain"]), engine_for()
+    prompt = engine.prompt_tokens(PROMPT, raw=True)
+    warm_up = engine.generate(prompt, max_tokens=0)
+    assert warm_up.tokens == [] and warm_up.text == "" and warm_up.stop_reason == "max_tokens"
+    assert warm_up.stats.n_generated == 0
+    assert engine.kept(0) == engine.context.positions(0) == prompt.size - 1   # the last is fed with the first draft
+    after = engine.generate(prompt, reuse=True, temperature=0.0, max_tokens=12)
+    assert after.stats.n_cached_tokens == prompt.size - 1
+    assert after.tokens == fresh.generate(prompt, speculative=False, temperature=0.0, max_tokens=12).tokens
+
+
+def test_max_tokens_0_on_a_one_token_prompt_ends_at_once(engine_for):
+    engine = engine_for()
+    result = engine.generate(np.array([engine.vocab.bos], dtype=np.int32), max_tokens=0)
+    assert result.tokens == [] and result.stop_reason == "max_tokens" and engine.kept(0) == 0
