@@ -13,8 +13,8 @@ class TextStream:
     A character split across tokens comes out once complete. Text that could still grow into a stop string is
     held back until it cannot; when a stop string appears, the text before it is released and the stream stops.
     With ``indent`` n > 0 (llama-server's n_indent: a completion at a cursor indented n), every line after the first
-    must be indented at least n: the first line that is not (a blank line included) stops the stream and is cut,
-    its leading whitespace held back until it is known.
+    must be indented at least n: the first line that is not (a blank line included) stops the stream and is cut
+    after its indentation (llama-server's cut), its leading whitespace held back until it is known.
     """
 
     def __init__(self, stops: Sequence[str] = (), indent: int = 0):
@@ -52,9 +52,9 @@ class TextStream:
                 if char in " \t":
                     self._line_start += char
                     continue
-                if len(self._line_start) < self._indent:
+                if len(self._line_start) < self._indent:   # cut from the line's first character on, as llama-server
                     self.stopped = self.underindented = True
-                    return "".join(out)
+                    return "".join(out) + self._line_start
                 out.append(self._line_start)
                 self._line_start = None
             out.append(char)

@@ -35,6 +35,26 @@ def test_prompt_lookup_matches_the_longest_suffix_at_its_earliest_occurrence():
     assert drafted(d, h(4, 5, 4, 5)) == [4, 5]               # a short continuation is drafted as far as it goes
 
 
+@pytest.mark.parametrize("make", [
+    lambda: PromptLookupDrafter(PromptLookupParams(max_ngram=3, num_pred=4), env=None),
+    lambda: CopyCursorDrafter(CopyCursorParams(), env=None),
+])
+def test_the_copying_drafters_draft_the_middle_from_the_suffix_and_from_other_files(make):
+    """An infill prompt (specframe/infill.py) holds other files' chunks, the prefix and the suffix: a completion
+    that runs into text of the suffix, or of another file, is drafted from it."""
+    sep, pre, suf, mid = 900, 901, 902, 903
+    chunk = [sep, 50, 51, 52, 53, 54, 55, 56]             # another file: 53 54 55 56 is what the user writes next
+    prefix, suffix = [pre, 10, 11, 12], [suf, 20, 21, 22, 23, 24, 25]
+    into_suffix = h(*chunk, *prefix, 7, *suffix, mid, 20, 21, 22)        # the middle reaches the suffix's text
+    drafter = make()
+    drafter.begin(into_suffix[:-3])
+    assert drafted(drafter, into_suffix)[:3] == [23, 24, 25]
+    from_other_file = h(*chunk, *prefix, *suffix, mid, 52, 53)
+    drafter = make()
+    drafter.begin(from_other_file[:-2])
+    assert drafted(drafter, from_other_file)[:3] == [54, 55, 56]
+
+
 # --- copy-cursor -------------------------------------------------------------------------------------------------
 
 def test_copy_cursor_drafts_on_from_where_its_copy_stands():

@@ -42,10 +42,10 @@ def test_text_that_only_looked_like_a_stop_is_released():
 def test_a_line_indented_less_than_n_indent_stops_the_stream_and_is_cut():
     stream = TextStream(indent=4)
     out = feed(stream, [b"x = 1\n", b"    y = 2\n", b"  z = 3\n", b"    w"])
-    assert "".join(out) == "x = 1\n    y = 2\n" and stream.stopped and stream.underindented
+    assert "".join(out) == "x = 1\n    y = 2\n  " and stream.stopped and stream.underindented   # llama-server's cut
     assert stream.push(b"    more") == "" and stream.finish() == ""
     stream = TextStream(indent=4)
-    assert stream.push(b"a\n    b\n   c") == "a\n    b\n" and stream.underindented     # one space short
+    assert stream.push(b"a\n    b\n   c") == "a\n    b\n   " and stream.underindented     # one space short
 
 
 def test_the_first_line_is_free_and_tabs_count_as_indentation():
@@ -58,7 +58,7 @@ def test_a_blank_line_stops_an_indented_completion():
     stream = TextStream(indent=4)
     assert feed(stream, [b"a\n", b"\n    b"]) == ["a\n", ""] and stream.underindented
     stream = TextStream(indent=4)
-    assert stream.push(b"a\n  \n    b") == "a\n" and stream.stopped       # as is a shallow one of whitespace
+    assert stream.push(b"a\n  \n    b") == "a\n  " and stream.stopped       # as is a shallow one of whitespace
     stream = TextStream(indent=4)
     assert stream.push(b"a\n    \n    b") == "a\n    \n    b"   # deep enough, as llama-server counts it
 
@@ -67,7 +67,7 @@ def test_a_lines_whitespace_is_held_until_its_indentation_is_known():
     stream = TextStream(indent=4)
     assert feed(stream, [b"a\n", b"  ", b"  ", b"b"]) == ["a\n", "", "", "    b"]
     stream = TextStream(indent=4)
-    assert feed(stream, [b"a\n  ", b"b"]) == ["a\n", ""] and stream.stopped
+    assert feed(stream, [b"a\n  ", b"b"]) == ["a\n", "  "] and stream.stopped
 
 
 def test_finish_releases_the_held_whitespace_of_a_stream_that_did_not_stop():
