@@ -3,7 +3,8 @@
 # --help prints). Afterwards it has say/die/hash_stdin, FORCE and JOBS from --force/--jobs N, cmake and ninja on
 # PATH, REPO_DIR, CACHE_DIR, PYTHON, LLAMA_COMMIT and SDIST_VERSION (both read from build_llama.sh), SRC_DIR (the
 # pinned llama.cpp source) and CPU_FLAGS (the CPU CMake flags of our own libllama build, from ./build_llama.sh
-# --print-cmake-args; with --cuda, its CUDA flags too), BACKEND (cpu or cuda) and TOOLS_ONLY (--tools-only).
+# --print-cmake-args; with --cuda, its CUDA flags too), BACKEND (cpu or cuda), TOOLS_ONLY (--tools-only) and
+# SERVER_ONLY (--server-only).
 
 say() { printf '[%s] %s\n' "$TAG" "$*" >&2; }
 die() { printf '[%s] error: %s\n' "$TAG" "$*" >&2; exit 1; }
@@ -20,17 +21,20 @@ JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 FORCE=0
 BACKEND=cpu
 TOOLS_ONLY=0
+SERVER_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --force) FORCE=1 ;;
         --jobs) JOBS=${2:?--jobs needs a number}; shift ;;
         --cuda) BACKEND=cuda ;;
         --tools-only) TOOLS_ONLY=1 ;;
+        --server-only) SERVER_ONLY=1 ;;
         -h|--help) sed -n "${USAGE_LINES}p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown option '$1' (expected --force, --jobs N, --cuda, --tools-only)" ;;
+        *) die "unknown option '$1' (expected --force, --jobs N, --cuda, --tools-only, --server-only)" ;;
     esac
     shift
 done
+[ "$TOOLS_ONLY" = 0 ] || [ "$SERVER_ONLY" = 0 ] || die "--tools-only and --server-only exclude each other"
 
 # tools: the ones build_llama.sh may have installed from PyPI come first
 export PATH="$CACHE_DIR/tools/bin:$PATH"

@@ -142,18 +142,18 @@ def running(name: str, command: list[str], port: int, log: pathlib.Path) -> Iter
                 process.wait()
 
 
-def specframe_command(config_path: pathlib.Path, port: int) -> list[str]:
+def specframe_command(config_path: pathlib.Path, port: int, slots: int = SLOTS) -> list[str]:
     return [sys.executable, "-m", "specframe.cli", "serve", "--config", str(config_path), "--host", "127.0.0.1",
-            "--port", str(port), "--slots", str(SLOTS)]
+            "--port", str(port), "--slots", str(slots)]
 
 
-def llama_server_command(binary: pathlib.Path, config: Config, port: int) -> list[str]:
-    """llama-server with the config's target, context per slot, threads, KV buffer layout, draft model and n-gram
-    types with their parameters."""
+def llama_server_command(binary: pathlib.Path, config: Config, port: int, slots: int = SLOTS) -> list[str]:
+    """llama-server with ``slots`` slots of the config's context each, and the config's target, threads, KV buffer
+    layout, draft model and n-gram types with their parameters."""
     t, speculative = config.target, config.speculative
     threads = t.threads or default_threads()
-    command = [str(binary), "-m", str(resolve_model(t.model, config.directory)), "-c", str(t.n_ctx * SLOTS),
-               "-np", str(SLOTS), "-t", str(threads), "-tb", str(threads), "-b", str(t.n_batch),
+    command = [str(binary), "-m", str(resolve_model(t.model, config.directory)), "-c", str(t.n_ctx * slots),
+               "-np", str(slots), "-t", str(threads), "-tb", str(threads), "-b", str(t.n_batch),
                "-ngl", str(t.n_gpu_layers), "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
     if t.kv_unified:
         command.append("-kvu")
@@ -346,9 +346,11 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def llama_server(peers: pathlib.Path | None) -> pathlib.Path:
+def llama_server(peers: pathlib.Path | None, build_flags: tuple[str, ...] = ()) -> pathlib.Path:
+    """The peers build's llama-server: ``peers``'s, else benchmarks/peers/build.sh's (run with ``build_flags``, e.g.
+    --server-only, which builds nothing when it is there already)."""
     if peers is None:
-        proc = subprocess.run([str(HERE / "peers" / "build.sh")], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.run([str(HERE / "peers" / "build.sh"), *build_flags], stdout=subprocess.PIPE, text=True)
         if proc.returncode != 0:
             raise BenchError("benchmarks/peers/build.sh failed (see above)")
         peers = pathlib.Path(proc.stdout.strip().splitlines()[-1])

@@ -286,3 +286,79 @@ def test_peer_runs_go_a_repeat_at_a_time_every_other_one_reversed(peers, monkeyp
     assert [r["repeat"] for r in records] == [0] * 8 + [1] * 8
     assert all(r["comparison"] in r["label"] and r["workload"] == workload
                for r, (_, workload) in zip(records, made))
+
+
+@pytest.fixture(scope="module")
+def editor():
+    """benchmarks/editor.py, which imports serving's helpers as it does when run from benchmarks/."""
+    had_serving = "serving" in sys.modules
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield from load("editor", BENCHMARKS / "editor.py")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        if not had_serving:
+            sys.modules.pop("serving", None)
+
+
+def test_the_editor_benchmark_runs_both_servers_alike(editor, write_config, target_path):
+    """The same slots, context per slot, batch and physical batch, and cache reuse on both servers; by default one
+    slot (an editor is one client) and the editors' session of 24 completions, greedy, without time caps."""
+    from specframe.config import load_config
+
+    args = editor.parse_args([])
+    assert (args.requests, args.n_predict, args.cache_reuse, args.slots) == (24, 64, 256, 1)
+    assert args.config == editor.PRESET and args.file.is_file() and len(args.extra) == 2
+    config = load_config(write_config(f"""
+        [target]
+        model = "{target_path}"
+        n_ctx = 4096
+        n_batch = 1024
+        """))
+    commands = editor.server_commands(args, config, pathlib.Path("llama-server"))
+    ours, theirs = " ".join(commands["specframe"](8080)), " ".join(commands["llama-server"](8081))
+    assert "--port 8080 --slots 1 --cache-reuse 256" in ours
+    assert "-c 4096 -np 1 " in theirs and "-b 1024 " in theirs and theirs.endswith("--cache-reuse 256 -ub 1024")
+    assert list(editor.server_commands(args, config, None)) == ["specframe"]
+
+    requests = editor.session(args)
+    completions = [r for r in requests if r.kind == "completion"]
+    assert len(completions) == 24 and requests[0].kind == "warm-up"
+    assert all("response_fields" not in r.body and "t_max_predict_ms" not in r.body for r in requests)
+    assert all(r.body["temperature"] == 0.0 and r.body["n_predict"] == 64 for r in completions)
+    for bad in (["--requests", "0"], ["--slots", "0"], ["--cache-reuse", "-1"], ["--file", "no-such-file.py"]):
+        with pytest.raises(SystemExit):
+            editor.parse_args(bad)
+
+
+def test_the_editor_report_compares_completions_and_states_the_goals(editor):
+    def run(latencies, prompts, texts):
+        outcomes = [editor.Outcome(1, "warm-up", None, 0.5, 0, 900, 0, 100.0, None, None, False, "")]
+        for i, (seconds, prompt_n, text) in enumerate(zip(latencies, prompts, texts), 2):
+            outcomes.append(editor.Outcome(i, "completion", 100 + i, seconds, 10, prompt_n, 800, 10.0, 50.0,
+                                           "limit", False, text))
+        return outcomes
+
+    ours = run([0.2, 0.4, 0.6, 0.8], [10, 20, 30, 40], ["a", "b", "c", "d"])
+    theirs = run([1.0, 1.0, 1.0, 1.0], [20, 20, 20, 20], ["a", "b", "x", "d"])
+    a, b = editor.summarize("specframe", ours), editor.summarize("llama-server", theirs)
+    assert (a.completions, a.latency_median, a.latency_p90, a.prompt_n_mean) == (4, 0.5, 0.8, 25)
+    assert a.tokens_per_second == pytest.approx(40 / 2.0) and a.predicted == 40
+    compared = editor.comparison(ours, theirs, a, b)
+    assert compared["latency_median_ratio"] == pytest.approx(0.5) and compared["latency_goal_met"]
+    assert compared["prompt_n_mean_ratio"] == pytest.approx(1.25) and not compared["prompt_goal_met"]
+    assert (compared["same_text"], compared["compared"]) == (3, 4)
+
+    session = {"file": "f.py", "file_lines": 300, "file_sha256": "0" * 16, "extra": ["g.py"], "start_line": 257,
+               "completions": 4, "warm_ups": 1, "n_prefix": 256, "n_suffix": 64, "ring_chunks": 16,
+               "chunk_lines": 32, "n_predict": 64, "cache_reuse": 256, "slots": 1, "seed": 0}
+    meta = {"command": "python editor.py", "date": "today", "cpu": "cpu", "threads": 2, "config": "c.toml",
+            "kernels": "kernels", "session": session}
+    text = editor.report(meta, [a, b], {"specframe": ours, "llama-server": theirs}, compared)
+    assert "| median completion latency | 0.50x | <= 0.70x: met |" in text
+    assert "| mean prompt tokens evaluated per completion | 1.25x | <= 1.00x: **not met** |" in text
+    assert "Same completion text on both servers: 3 of 4." in text
+    assert "| 1 | warm-up | - | 900 | 0 | 0.50 | 900 | 0 | 0.50 | |" in text
+    assert "| 4 | completion | 104 | 30 | 800 | 0.60 | 20 | 800 | 1.00 | no |" in text
+    alone = editor.report(meta, [a], {"specframe": ours}, None)
+    assert "specframe / llama-server" not in alone and "| 2 | completion | 102 | 10 | 800 | 0.20 |" in alone

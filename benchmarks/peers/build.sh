@@ -6,22 +6,24 @@
 #   server/  llama.cpp's llama-server (and its libraries), without its web UI, for benchmarks/serving.py
 #   venv/    llama-cpp-python 0.3.36 built from its sdist, the same flags passed through CMAKE_ARGS
 #
-#   benchmarks/peers/build.sh [--force] [--jobs N] [--cuda] [--tools-only]
+#   benchmarks/peers/build.sh [--force] [--jobs N] [--cuda] [--tools-only | --server-only]
 #
 # --cuda builds the tools for NVIDIA GPUs (the flags of ./build_llama.sh --cuda); --tools-only builds llama.cpp's
 # tools alone (bin/), neither llama-server nor llama-cpp-python: each of those compiles ggml again, which for CUDA
-# takes minutes.
+# takes minutes. --server-only builds llama-server alone (server/, for benchmarks/serving.py, structured.py and
+# editor.py), neither the tools nor llama-cpp-python (nor fetches its sdist).
 #
 # Source: $LLAMA_CPP_DIR when set, otherwise the tree that ./build_llama.sh extracts into
 # ${SPECFRAME_CACHE:-${XDG_CACHE_HOME:-~/.cache}/specframe}/src/llama.cpp-0c1e570 (run here when it is missing).
 # Cache: <cache>/peers/<key>/, <key> hashing the source identity, the flags, the compiler and RECIPE_VERSION (the
-# venv's completion mark holds the sdist's hash, so that --tools-only and a full build share the tools); each part
-# is marked complete on its own, so a second run builds nothing and a failed part is all that a rerun builds.
+# venv's completion mark holds the sdist's hash, so that --tools-only, --server-only and a full build share their
+# parts); each part is marked complete on its own, so a second run builds nothing and a failed part is all that a
+# rerun builds.
 # First build: about 35 minutes on 2 cores (15 the tools, 10 llama-server, 10 llama-cpp-python).
 set -euo pipefail
 
 TAG=peers/build
-USAGE_LINES=2,19
+USAGE_LINES=2,22
 RECIPE_VERSION=1   # bump when the way the peers are configured changes
 TOOLS=(llama-bench llama-completion llama-speculative-simple llama-lookup)
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../common.sh"
@@ -38,15 +40,16 @@ logged() {
 SOURCE_ID=$(source_id src ggml include common vendor tools examples CMakeLists.txt cmake)
 
 SDIST="$CACHE_DIR/src/llama_cpp_python-$SDIST_VERSION.tar.gz"   # build_llama.sh keeps it there, sha256-checked
-if [ "$TOOLS_ONLY" = 1 ]; then
-    SDIST_ID=none
-elif [ ! -f "$SDIST" ]; then
-    say "downloading the llama-cpp-python==$SDIST_VERSION sdist"
-    mkdir -p "$(dirname "$SDIST")"
-    "$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-python -d "$(dirname "$SDIST")" \
-        "llama-cpp-python==$SDIST_VERSION" || die "could not download llama-cpp-python==$SDIST_VERSION from PyPI"
+SDIST_ID=none                        # --tools-only, --server-only: llama-cpp-python is not built
+if [ "$TOOLS_ONLY" = 0 ] && [ "$SERVER_ONLY" = 0 ]; then
+    if [ ! -f "$SDIST" ]; then
+        say "downloading the llama-cpp-python==$SDIST_VERSION sdist"
+        mkdir -p "$(dirname "$SDIST")"
+        "$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-python -d "$(dirname "$SDIST")" \
+            "llama-cpp-python==$SDIST_VERSION" || die "could not download llama-cpp-python==$SDIST_VERSION from PyPI"
+    fi
+    SDIST_ID=$(hash_stdin < "$SDIST")
 fi
-[ "$TOOLS_ONLY" = 1 ] || SDIST_ID=$(hash_stdin < "$SDIST")
 
 # --- flags and key --------------------------------------------------------------------------------------------
 TOOLS_CMAKE_ARGS=(
@@ -65,7 +68,9 @@ OUT_DIR="$CACHE_DIR/peers/$KEY"
 mkdir -p "$OUT_DIR"
 
 # --- llama.cpp tools ------------------------------------------------------------------------------------------
-if [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/bin/.complete" ]; then
+if [ "$SERVER_ONLY" = 1 ]; then
+    say "--server-only: the llama.cpp tools are not built"
+elif [ "$FORCE" = 1 ] || [ ! -f "$OUT_DIR/bin/.complete" ]; then
     BUILD_DIR="$CACHE_DIR/peers/build-$KEY"
     say "building ${TOOLS[*]} from $SRC_DIR (first time: about 15 minutes on 2 cores)"
     logged "$OUT_DIR/tools-configure.log" "cmake configure" cmake -S "$SRC_DIR" -B "$BUILD_DIR" "${TOOLS_CMAKE_ARGS[@]}"
@@ -101,8 +106,8 @@ else
 fi
 
 # --- llama-cpp-python -----------------------------------------------------------------------------------------
-if [ "$TOOLS_ONLY" = 1 ]; then
-    say "--tools-only: llama-cpp-python is not built"
+if [ "$SDIST_ID" = none ]; then
+    say "--$([ "$TOOLS_ONLY" = 1 ] && echo tools || echo server)-only: llama-cpp-python is not built"
 elif [ "$FORCE" = 1 ] || [ "$(cat "$OUT_DIR/venv/.complete" 2>/dev/null)" != "$SDIST_ID" ]; then
     say "building llama-cpp-python $SDIST_VERSION from its sdist into $OUT_DIR/venv (about 10 minutes on 2 cores)"
     rm -rf "$OUT_DIR/venv"
