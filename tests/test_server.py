@@ -75,7 +75,7 @@ def serving(config_path, healthy: bool = True, max_seconds: float = MAX_SECONDS,
         url = "http://%s:%d" % server.address
         while healthy and httpx.get(url + "/health").status_code != 200:
             assert time.monotonic() < deadline, "the server did not load its model"
-            time.sleep(0.05)
+            time.sleep(0.5)     # each look counts toward MAX_REQUESTS: a real model loads for seconds
         yield Running(server, url)
     finally:
         server.stop()
