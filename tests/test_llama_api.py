@@ -9,10 +9,9 @@ import json
 import httpx
 import numpy as np
 import pytest
-from chains import COPYING_DRAFTERS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_server import serving
+from test_server import server_config, serving
 
 from specframe.drafters.draft_model import MOVED_RUN_MIN
 from specframe.engine import Engine
@@ -237,23 +236,7 @@ CONTINUE_STOPS = ["\n\n", "/src/", "#- coding: utf-8", "```"]
 
 @pytest.fixture(scope="module")
 def config_path(tmp_path_factory, target_path, draft_path):
-    path = tmp_path_factory.mktemp("llama-api") / "config.toml"
-    path.write_text(f"""
-[target]
-model = "{target_path}"
-n_ctx = 1024
-threads = 1
-[generation]
-max_tokens = 24
-[speculative]
-adaptive = false
-{COPYING_DRAFTERS}
-[[drafter]]
-type = "draft-model"
-model = "{draft_path}"
-p_min = 0.2
-""")
-    return path
+    return server_config(tmp_path_factory.mktemp("llama-api") / "config.toml", target_path, draft_path, 1024, 24)
 
 
 @pytest.fixture(scope="module")

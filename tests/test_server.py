@@ -83,20 +83,20 @@ def serving(config_path, healthy: bool = True, max_seconds: float = MAX_SECONDS,
         watchdog.cancel()
 
 
-@pytest.fixture(scope="module")
-def config_path(tmp_path_factory, target_path, draft_path):
-    path = tmp_path_factory.mktemp("serve") / "config.toml"
+def server_config(path, target_path, draft_path, n_ctx: int, max_tokens: int, server: str = ""):
+    """A config of the synthetic target with the copying drafters and the synthetic draft model, fixed draft
+    lengths; ``server``: the [server] table's lines."""
     path.write_text(f"""
 [target]
 model = "{target_path}"
-n_ctx = 512
+n_ctx = {n_ctx}
 threads = 1
 [generation]
-max_tokens = 48
+max_tokens = {max_tokens}
 [speculative]
 adaptive = false
 [server]
-slots = 4
+{server}
 {COPYING_DRAFTERS}
 [[drafter]]
 type = "draft-model"
@@ -104,6 +104,12 @@ model = "{draft_path}"
 p_min = 0.2
 """)
     return path
+
+
+@pytest.fixture(scope="module")
+def config_path(tmp_path_factory, target_path, draft_path):
+    return server_config(tmp_path_factory.mktemp("serve") / "config.toml", target_path, draft_path, 512, 48,
+                         "slots = 4")
 
 
 @pytest.fixture(scope="module")
