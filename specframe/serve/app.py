@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import secrets
 import time
@@ -213,13 +212,11 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
         if not isinstance(first, Accepted):
             return first
         settings = {key: value for key, value in job.options.items() if key in SAMPLING_KEYS and value is not None}
-        shape = NativeAnswer(model_name, -1 if job.slot is None else job.slot, body.response_fields,
-                             body.return_tokens, first.prompt_text,
+        shape = NativeAnswer(model_name, body.response_fields, body.return_tokens, first.prompt_text,
                              settings | {"n_predict": job.options["max_tokens"], "stop": job.options["stop"] or []})
         if body.stream:
             return EventStream(native_sse(job, shape, first.n_prompt_tokens), job.cancel)
-        return await whole(job, request, lambda end: dataclasses.replace(shape, slot=end.slot).whole(
-            end.result, end.result.text, end.result.stop_word))
+        return await whole(job, request, lambda end: shape.whole(end.result, end.slot))
 
     return app
 
@@ -289,12 +286,9 @@ async def native_sse(job: Job, shape: NativeAnswer, n_prompt: int) -> AsyncItera
         event = await job.events.get()
         if isinstance(event, Text):
             predicted += len(event.tokens)
-            shape.slot = event.slot
-            yield _event(shape.chunk(event.text, event.tokens, predicted, n_prompt))
+            yield _event(shape.chunk(event.text, event.tokens, event.slot, predicted, n_prompt))
         elif isinstance(event, Finished):
-            shape.slot = event.slot
-            final = dataclasses.replace(shape, return_tokens=False)   # its text and tokens were sent in chunks
-            yield _event(final.whole(event.result, "", event.result.stop_word))
+            yield _event(shape.whole(event.result, event.slot, streamed=True))
             return
         else:
             yield _event(error_body(event.status, event.message, event.param, event.code))

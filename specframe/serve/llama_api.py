@@ -135,31 +135,33 @@ class ApplyTemplateBody(_Strict):
     messages: list[Message] = Field(min_length=1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class NativeAnswer:
     """llama-server's native completion objects (not OpenAI's), whole or as stream chunks, cut to
     ``response_fields`` (slash paths such as timings/prompt_n) when the request names them."""
 
     model: str
-    slot: int
     fields: list[str] | None
     return_tokens: bool
     prompt: str = ""             # the prompt as text (the infill layout spelt out)
     settings: dict | None = None  # the request's generation settings, echoed
 
-    def chunk(self, text: str, tokens: list[int], n_predicted: int, n_prompt: int) -> dict:
+    def chunk(self, text: str, tokens: list[int], slot: int, n_predicted: int, n_prompt: int) -> dict:
         return self._cut({"index": 0, "content": text, "tokens": tokens if self.return_tokens else [],
-                          "stop": False, "id_slot": self.slot, "tokens_predicted": n_predicted,
+                          "stop": False, "id_slot": slot, "tokens_predicted": n_predicted,
                           "tokens_evaluated": n_prompt})
 
-    def whole(self, result: GenerationResult, content: str, stopping_word: str) -> dict:
+    def whole(self, result: GenerationResult, slot: int, streamed: bool = False) -> dict:
+        """The response, or a stream's last chunk (``streamed``: its text and tokens went in the chunks before,
+        as llama-server sends it)."""
         s = result.stats
         return self._cut({
-            "index": 0, "content": content, "tokens": result.tokens if self.return_tokens else [],
-            "id_slot": self.slot, "stop": True, "model": self.model, "tokens_predicted": s.n_generated,
+            "index": 0, "content": "" if streamed else result.text,
+            "tokens": result.tokens if self.return_tokens and not streamed else [],
+            "id_slot": slot, "stop": True, "model": self.model, "tokens_predicted": s.n_generated,
             "tokens_evaluated": s.n_prompt_tokens, "generation_settings": self.settings or {}, "prompt": self.prompt,
             "has_new_line": "\n" in result.text, "truncated": False, "stop_type": STOP_TYPES[result.stop_reason],
-            "stopping_word": stopping_word, "tokens_cached": s.n_prompt_tokens + s.n_generated,
+            "stopping_word": result.stop_word, "tokens_cached": s.n_prompt_tokens + s.n_generated,
         } | statistics(result))
 
     def _cut(self, response: dict) -> dict:
