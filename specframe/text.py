@@ -44,7 +44,7 @@ class TextStream:
     def _indented(self, text: str) -> str:
         """``text`` up to the first line indented less than ``indent`` (then stopped), the start of a line whose
         indentation is not known yet held back."""
-        if self._indent <= 0 or self.stopped:
+        if self._indent <= 0:
             return text
         out: list[str] = []
         for char in text:
@@ -54,6 +54,7 @@ class TextStream:
                     continue
                 if len(self._line_start) < self._indent:   # cut from the line's first character on, as llama-server
                     self.stopped = self.underindented = True
+                    self.stop_word = ""          # a stop string further on did not end it
                     return "".join(out) + self._line_start
                 out.append(self._line_start)
                 self._line_start = None

@@ -76,6 +76,13 @@ def test_finish_releases_the_held_whitespace_of_a_stream_that_did_not_stop():
     assert not stream.stopped and not stream.underindented
 
 
+def test_an_underindented_line_before_a_stop_string_in_the_same_piece_is_cut_first():
+    stream = TextStream(["END"], indent=4)
+    assert stream.push(b"a\n  b END c") == "a\n  " and stream.underindented and stream.stop_word == ""
+    stream = TextStream(["END"], indent=4)
+    assert stream.push(b"a\n    b END c") == "a\n    b " and not stream.underindented and stream.stop_word == "END"
+
+
 def test_without_n_indent_nothing_is_held_or_cut():
     stream = TextStream()
     assert feed(stream, [b"a\n", b"\n", b"b"]) == ["a\n", "\n", "b"] and not stream.stopped
