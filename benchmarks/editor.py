@@ -54,6 +54,7 @@ from serving import (
     free_port,
     llama_server,
     llama_server_command,
+    p90,
     run_meta,
     running,
     say,
@@ -160,7 +161,7 @@ def summarize(server: str, outcomes: list[Outcome]) -> Summary:
     cached = [o.cache_n for o in done if o.cache_n is not None]
     predicted, seconds = sum(o.predicted_n for o in done), sum(latencies)
     return Summary(server, len(done), statistics.median(latencies),
-                   latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+                   p90(latencies),
                    statistics.mean(prompts) if prompts else None, statistics.median(prompts) if prompts else None,
                    statistics.mean(cached) if cached else None, predicted, seconds, predicted / seconds)
 

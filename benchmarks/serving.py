@@ -227,12 +227,17 @@ def measure(name: str, url: str, requests: list[Request], clients: int) -> tuple
     return summary(name, clients, outcomes, wall), outcomes
 
 
+def p90(ordered: list[float]) -> float:
+    """The 90th percentile of sorted values (the nearest rank at or below)."""
+    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+
+
 def summary(name: str, clients: int, outcomes: list[Outcome], wall: float) -> Row:
     latencies = sorted(o.seconds for o in outcomes)
     firsts = [o.first_text for o in outcomes if o.first_text is not None]
     tokens = sum(o.tokens for o in outcomes)
     return Row(name, clients, len(outcomes), tokens, wall, tokens / wall, statistics.median(latencies),
-               latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+               p90(latencies),
                statistics.median(firsts) if firsts else None)
 
 
