@@ -1,12 +1,22 @@
 """The benchmark's parts: workloads and the oracle drafter (the bench command itself is in test_cli.py)."""
 
+import re
 import time
 
 import numpy as np
 import pytest
 
 from specframe.bench.oracle import OracleDrafter, settled_reference
-from specframe.bench.workloads import BUILTIN, STRUCTURED, workload, workloads
+from specframe.bench.workloads import (
+    BUILTIN,
+    BUILTIN_SESSIONS,
+    STRUCTURED,
+    Turn,
+    session,
+    sessions,
+    workload,
+    workloads,
+)
 from specframe.errors import SpecframeError
 from specframe.testing import fake_env
 
@@ -59,6 +69,50 @@ def test_structured_workloads_hold_their_answers_to_a_schema_or_to_tools():
     assert call.schema is None and [t["function"]["name"] for t in call.tools][0] == "book_room"
     for field in ("Stornhaven", "1,850", "2031"):
         assert field in extraction.prompt
+
+
+def test_built_in_sessions_are_conversations_that_repeat_earlier_text():
+    """The agent loop asks six times for the whole module back; the document's questions and the review ask for
+    quotes of what came before."""
+    agent, document, review = sessions()
+    assert [s.name for s in (agent, document, review)] == list(BUILTIN_SESSIONS)
+    assert len(agent.turns) >= 6 and "```python" in agent.turns[0].user and "class Library" in agent.turns[0].user
+    assert all("Reply with the whole file." in turn.user for turn in agent.turns)
+    assert "With malice toward none" in document.turns[0].user and len(document.turns) >= 4
+    assert all("quot" in turn.user.lower() for turn in document.turns[1:])
+    assert len(review.turns) >= 3 and "plan" in review.turns[2].user
+    assert all(s.system and all(t.max_tokens >= 200 for t in s.turns) for s in (agent, document, review))
+    assert {t.max_tokens for t in session("agent-loop", 40).turns} == {40}      # -n replaces every budget
+
+
+@pytest.mark.parametrize("text, fault", [
+    ("", "turn: expected one or more [[turn]] tables"),
+    ("max_tokens = 10\nturns = []", "turns: unknown key"),
+    ("[[turn]]\nuser = 'hi'", "turn 1.max_tokens: missing"),
+    ("max_tokens = 10\n[[turn]]\nuser = '  '", "turn 1.user: expected the user's message"),
+    ("max_tokens = 10\n[[turn]]\nuser = 'a'\n[[turn]]\nuser = 'b'\nmax_tokens = 0",
+     "turn 2.max_tokens: expected a whole number of tokens >= 1, got 0"),
+    ("max_tokens = true\n[[turn]]\nuser = 'a'", "max_tokens: expected a whole number"),
+    ("system = 3\nmax_tokens = 9\n[[turn]]\nuser = 'a'", "system: expected non-empty text"),
+    ("max_tokens = 9\n[[turn]]\nuser = 'a'\nrole = 'x'", "turn 1.role: unknown key"),
+    ("[[turn]\n", "not TOML"),
+])
+def test_a_bad_session_file_is_one_line_naming_the_field(tmp_path, text, fault):
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    with pytest.raises(SpecframeError, match=re.escape(fault)) as caught:
+        session(str(path))
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_session_file_sets_a_budget_for_every_turn_or_its_own(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text("system = 'Be brief.'\nmax_tokens = 30\n[[turn]]\nuser = 'a'\n[[turn]]\nuser = 'b'\n"
+                    "max_tokens = 50\n")
+    mine = session(str(path))
+    assert (mine.name, mine.system, mine.turns) == ("mine", "Be brief.", (Turn("a", 30), Turn("b", 50)))
+    with pytest.raises(SpecframeError, match="neither a built-in session"):
+        session("nonsense")
 
 
 def test_the_oracle_drafts_its_longest_paying_cut_from_the_first_step():
