@@ -167,6 +167,12 @@ class _OutputFile(click.ParamType):
         return value
 
 
+_PEERS_OPTION = click.option(
+    "--peers", "peers_path", type=click.Path(dir_okay=False), metavar="RESULTS_JSON",
+    help="Mark llama.cpp's best native speculation per workload from a peers report "
+         "(benchmarks/peers/results.json).")
+
+
 @click.group(cls=_OneLineErrors)
 @click.option("-v", "--verbose", is_flag=True, help="Show specframe's and llama.cpp's log.")
 @click.version_option(package_name="specframe")
@@ -264,14 +270,23 @@ def serve(config):
               help="Rounds, each a run of every strategy, taking turns; speedups are medians over rounds.")
 @click.option("-n", "--max-tokens", type=click.IntRange(min=1), help="Token budget of every workload.")
 @click.option("--json", "json_out", type=_OutputFile(), help="Write the rows as JSON to this file.")
-@click.option("--plot", "plot_out", type=_OutputFile(), help="Draw the speedups into this PNG.")
-def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out):
+@click.option("--plot", "plot_out", type=_OutputFile(), help="Draw the speedups into this PNG (needs matplotlib).")
+@_PEERS_OPTION
+def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out, peers_path):
     """Plain decoding vs each drafter, the chain and the oracle, greedy, on the config's target."""
+    import datetime
+
     from tqdm import tqdm
 
-    from specframe.bench.presentation import format_pricing, format_table, plot
-    from specframe.bench.runner import run_bench, strategies
+    from specframe.bench.plot import SavedBench, bench_title, load_peers, plot, pyplot
+    from specframe.bench.presentation import format_pricing, format_table
+    from specframe.bench.runner import machine, run_bench, strategies
     from specframe.bench.workloads import workloads
+    if peers_path and not plot_out:
+        raise click.UsageError("--peers goes with --plot")
+    peers = load_peers(peers_path) if peers_path else None   # a bad file or no matplotlib: said before the runs
+    if plot_out:
+        pyplot()
     chosen = workloads(workload_specs, max_tokens)
     with tqdm(total=len(chosen) * len(strategies(config)) * repeat, unit="run", file=sys.stderr) as bar:
         def progress(label):
@@ -281,14 +296,28 @@ def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out):
         rows, cost = run_bench(config, chosen, repeat, progress)
     click.echo(format_table(rows))
     click.echo(format_pricing(cost))
+    pricing = {"depth": cost.depth, "per_position": cost.per_position,
+               "seconds": {str(n): s for n, s in cost.measured.items()}}
+    saved = {"config": config.source, "date": datetime.date.today().isoformat(), "machine": machine(config),
+             "repeat": repeat, "pass_cost": pricing, "rows": [r.as_dict() for r in rows]}
     if json_out:
-        pricing = {"depth": cost.depth, "per_position": cost.per_position,
-                   "seconds": {str(n): s for n, s in cost.measured.items()}}
-        atomic_write(json_out, json.dumps({"config": config.source, "repeat": repeat, "pass_cost": pricing,
-                                           "rows": [r.as_dict() for r in rows]}, indent=2).encode())
+        atomic_write(json_out, json.dumps(saved, indent=2).encode())
     if plot_out:
-        plot(rows, plot_out)
+        plot(SavedBench(saved["rows"], bench_title(saved)), plot_out, peers)
         click.echo(f"plot: {plot_out}", err=True)
+
+
+@main.command("plot")
+@click.argument("bench_json", metavar="BENCH_JSON", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "plot_out", type=_OutputFile(), required=True, help="The PNG to write.")
+@_PEERS_OPTION
+def plot_command(bench_json, plot_out, peers_path):
+    """Draw a saved bench (bench --json OUT) as bench --plot draws it, without running it again."""
+    from specframe.bench.plot import load_bench, load_peers, plot
+
+    peers = load_peers(peers_path) if peers_path else None
+    plot(load_bench(bench_json), plot_out, peers)
+    click.echo(f"plot: {plot_out}", err=True)
 
 
 @main.command()

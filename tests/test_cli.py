@@ -1,6 +1,7 @@
 """The command line on the synthetic model: run (text, --json, --no-spec), plugins, models, one-line errors."""
 
 import json
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -200,7 +201,51 @@ def test_bench_measures_every_strategy_against_plain_and_the_oracle(config, tmp_
     assert all(r["modeled_speedup"] > 1 for r in oracles)       # far fewer passes, priced by the table
     pricing = json.loads(out.read_text())["pass_cost"]              # what priced them, stated
     assert pricing["seconds"] == {} and "modeled: no pass-cost table (fixed draft lengths)" in result.stdout
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    saved = json.loads(out.read_text())
+    assert saved["date"] and "threads" in saved["machine"]          # what a remade plot's title states
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+CRIMSON = (220 / 255, 20 / 255, 60 / 255)   # the plot's colour for llama.cpp's best native type
+
+
+def crimson_pixels(png) -> int:
+    import matplotlib.image
+    import numpy as np
+
+    rgb = matplotlib.image.imread(png)[..., :3]
+    return int((np.abs(rgb - CRIMSON).max(axis=-1) < 2 / 255).sum())
+
+
+def test_a_saved_bench_is_plotted_again_with_llama_cpp_beside_it(config, tmp_path):
+    out, live, again, beside = (tmp_path / name for name in ("bench.json", "live.png", "again.png", "peers.png"))
+    result = run("bench", "--config", str(config), "-w", "code-editing", "-n", "12", "--json", str(out),
+                 "--plot", str(live))
+    assert result.exit_code == 0, result.output
+    assert run("plot", str(out), "-o", str(again)).exit_code == 0
+    assert again.read_bytes() == live.read_bytes()          # the saved rows draw exactly what the run drew
+    peers = tmp_path / "results.json"
+    peers.write_text(json.dumps({"meta": {"date": "2026-11-29", "environment": {"cpu": "AMD EPYC"}}, "rows": [
+        {"group": "default", "workload": "code-editing", "peer": "llama.cpp's best native type: ngram-mod",
+         "peer_speedup": 1.04, "ours_speedup": 1.16}]}))
+    assert run("plot", str(out), "-o", str(beside), "--peers", str(peers)).exit_code == 0
+    assert crimson_pixels(again) == 0 and crimson_pixels(beside) > 100
+
+
+def test_plot_names_a_file_that_is_not_a_bench_and_a_missing_matplotlib(tmp_path, monkeypatch):
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"meta": {}, "rows": []}))
+    for args, problem in ((["plot", str(wrong), "-o", str(tmp_path / "a.png")], "wrong.json: not a bench saved by"),
+                          (["plot", str(wrong), "-o", str(tmp_path / "a.png"), "--peers", str(wrong)],
+                           "wrong.json: no 'llama.cpp's best native type' rows")):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and problem in result.output and result.output.count("\n") == 1
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"rows": [{"workload": "w", "strategy": "plain", "speedup": 1.0}]}))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # as if the 'plot' extra were not installed
+    result = CliRunner().invoke(main, ["plot", str(bench), "-o", str(tmp_path / "a.png")])
+    assert result.exit_code == 1 and "pip install 'specframe[plot]'" in result.output
+    assert not (tmp_path / "a.png").exists()
 
 
 def test_bench_holds_a_structured_workload_to_its_schema(config, tmp_path):
@@ -250,3 +295,16 @@ def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_c
     shown = run("calibrate", "--config", str(config))
     assert "x single pass" in shown.stdout and "\n    17 " in shown.stdout
     assert "at depth 0; each token of a pass adds" in shown.stdout
+
+
+def test_bench_refuses_a_wrong_peers_report_before_it_runs(config, tmp_path, monkeypatch):
+    wrong = tmp_path / "results.json"
+    wrong.write_text(json.dumps({"rows": [{"peer": "llama-completion", "workload": "quoting"}]}))
+    loaded = []
+    monkeypatch.setattr("specframe.llama.model.Model.__init__", lambda *a, **k: loaded.append(a) or 1 / 0)
+    png = str(tmp_path / "b.png")
+    result = CliRunner().invoke(main, ["bench", "--config", str(config), "--plot", png, "--peers", str(wrong)])
+    assert result.exit_code == 1 and "results.json: no 'llama.cpp's best native type' rows" in result.output
+    result = CliRunner().invoke(main, ["bench", "--config", str(config), "--peers", str(wrong)])
+    assert result.exit_code == 2 and "--peers goes with --plot" in result.output
+    assert not loaded

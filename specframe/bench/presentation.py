@@ -1,12 +1,9 @@
-"""Benchmark results as a table, and as a chart of speedups (matplotlib, the optional 'plot' extra)."""
+"""Benchmark results as a table (the chart is specframe.bench.plot's)."""
 
 from __future__ import annotations
 
-import os
-
-from specframe.bench.runner import PLAIN, BenchRow
+from specframe.bench.runner import BenchRow
 from specframe.drafting.pass_cost import PassCost
-from specframe.errors import SpecframeError
 
 _COLUMNS = [  # header, width, cell
     ("workload", 16, lambda r: r.workload),
@@ -48,29 +45,3 @@ def format_pricing(cost: PassCost) -> str:
     return (f"modeled: each run's passes priced by the pass-cost table at their depth: a single pass "
             f"{single * 1e3:.1f} ms at depth {cost.depth}; in single passes {sizes}; each token of a pass "
             f"{cost.per_position * 1e6:.2f} ms more per 1000 positions deeper")
-
-
-def plot(rows: list[BenchRow], path: str | os.PathLike) -> None:
-    """Grouped bars: the speedup of each strategy over plain decoding, per workload."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SpecframeError("--plot needs matplotlib: pip install 'specframe[plot]'") from None
-    workloads = list(dict.fromkeys(r.workload for r in rows))
-    strategies = list(dict.fromkeys(r.strategy for r in rows if r.strategy != PLAIN))
-    speedup = {(r.workload, r.strategy): r.speedup for r in rows}
-    width = 0.8 / max(1, len(strategies))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(workloads) * max(1, len(strategies)) * 0.45), 4.5))
-    for i, strategy in enumerate(strategies):
-        xs = [w + (i - (len(strategies) - 1) / 2) * width for w in range(len(workloads))]
-        ax.bar(xs, [speedup.get((w, strategy), 0.0) for w in workloads], width, label=strategy)
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xticks(range(len(workloads)), workloads)
-    ax.set_ylabel("speedup over plain decoding")
-    ax.set_title("specframe bench: greedy tokens/s relative to plain decoding")
-    ax.legend(fontsize="small", ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

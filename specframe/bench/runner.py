@@ -6,7 +6,9 @@ and each run's speed is set beside plain's in the same round."""
 from __future__ import annotations
 
 import multiprocessing
+import platform
 import random
+import re
 import resource
 import statistics
 import sys
@@ -23,6 +25,7 @@ from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
 from specframe.grammar import GrammarSpec
+from specframe.llama.context import default_threads
 from specframe.results import Generation, GenerationResult
 from specframe.testing.lossless import compare
 
@@ -51,6 +54,20 @@ class BenchRow:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def machine(config: Config) -> str:
+    """What a bench ran on, as its saved report states it: the CPU's name, the threads, and the target's GPU
+    layers when it has any."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            named = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read(), re.MULTILINE)
+    except OSError:
+        named = None
+    cpu = named[1].strip() if named else platform.processor() or platform.machine() or "unknown CPU"
+    gpu = config.target.n_gpu_layers
+    return (f"{cpu}, {config.target.threads or default_threads()} threads"
+            + (f", {'all' if gpu < 0 else gpu} target layers on the GPU" if gpu else ""))
 
 
 def strategies(config: Config) -> list[str]:
