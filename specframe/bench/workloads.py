@@ -92,7 +92,7 @@ class Session:
     turns: tuple[Turn, ...]
 
 
-BUILTIN_SESSIONS = ("agent-loop", "document-questions", "plan-implement-review")   # sessions/NAME.toml
+BUILTIN_SESSIONS = ("agent-loop", "document-qa", "plan-code-review")   # sessions/NAME.toml
 
 
 def session(spec: str, max_tokens: int | None = None) -> Session:
