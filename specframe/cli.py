@@ -265,14 +265,19 @@ def serve(config):
 @_config_options()
 @click.option("-w", "--workload", "workload_specs", multiple=True, metavar="NAME|FILE",
               help="A built-in workload (code-editing, quoting, code-generation, open-prose) or a prompt file; "
-                   "repeatable (default: all built-in ones).")
+                   "with --session a built-in session (agent-loop, document-qa, plan-code-review) or a session "
+                   "file; repeatable (default: all built-in ones).")
+@click.option("--session", "session_mode", is_flag=True,
+              help="Sessions instead of single requests: conversations whose later requests repeat earlier text, "
+                   "each run of one with its drafters kept from request to request, as a server keeps them.")
 @click.option("-r", "--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Rounds, each a run of every strategy, taking turns; speedups are medians over rounds.")
-@click.option("-n", "--max-tokens", type=click.IntRange(min=1), help="Token budget of every workload.")
+@click.option("-n", "--max-tokens", type=click.IntRange(min=1),
+              help="Token budget of every workload (of every turn of a session).")
 @click.option("--json", "json_out", type=_OutputFile(), help="Write the rows as JSON to this file.")
 @click.option("--plot", "plot_out", type=_OutputFile(), help="Draw the speedups into this PNG (needs matplotlib).")
 @_PEERS_OPTION
-def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out, peers_path):
+def bench(config, workload_specs, session_mode, repeat, max_tokens, json_out, plot_out, peers_path):
     """Plain decoding vs each drafter, the chain and the oracle, greedy, on the config's target."""
     import datetime
 
@@ -281,13 +286,13 @@ def bench(config, workload_specs, repeat, max_tokens, json_out, plot_out, peers_
     from specframe.bench.plot import SavedBench, bench_title, load_peers, plot, pyplot
     from specframe.bench.presentation import format_pricing, format_table
     from specframe.bench.runner import machine, run_bench, strategies
-    from specframe.bench.workloads import workloads
+    from specframe.bench.workloads import sessions, workloads
     if peers_path and not plot_out:
         raise click.UsageError("--peers goes with --plot")
     peers = load_peers(peers_path) if peers_path else None   # a bad file or no matplotlib: said before the runs
     if plot_out:
         pyplot()
-    chosen = workloads(workload_specs, max_tokens)
+    chosen = (sessions if session_mode else workloads)(workload_specs, max_tokens)
     with tqdm(total=len(chosen) * len(strategies(config)) * repeat, unit="run", file=sys.stderr) as bar:
         def progress(label):
             bar.set_postfix_str(label)

@@ -1,4 +1,5 @@
-"""The benchmark's parts: workloads and the oracle drafter (the bench command itself is in test_cli.py)."""
+"""The benchmark's parts: workloads, sessions and the oracle drafter (the bench command itself is in test_cli.py,
+its session mode here)."""
 
 import re
 import time
@@ -248,14 +249,106 @@ def test_a_run_advanced_in_slices_counts_none_of_its_waits(write_config, target_
         prompt = engine.prompt_tokens("the quick brown fox jumps over the lazy dog", raw=True)
         whole = engine.generate(prompt, speculative=False, max_tokens=24, temperature=0.0)
         run, waited, ended = MeasuredRun(engine, PLAIN), 0.0, None
-        run.begin(prompt, 24, None)
+        run.begin([(prompt, 24, [])])
         while ended is None:
             ended = run.advance(0.0)                 # a piece of text at a time
             if ended is None:
                 time.sleep(0.05)
                 waited += 0.05
-        result, peak = ended
+        (result,), peak = ended
     assert result.tokens == whole.tokens and peak > 0
     assert waited >= 0.5                             # it was paused many times
     # Its own time: a pass right after a pause may take a few ms more (an idle CPU waking), the pauses not at all.
     assert result.stats.generation_seconds < waited / 2
+
+
+SESSION = """
+system = "Answer briefly."
+max_tokens = 16
+[[turn]]
+user = "the quick brown fox jumps over the lazy dog"
+[[turn]]
+user = "one two three four one two three four"
+[[turn]]
+user = "alpha beta gamma alpha beta gamma"
+"""
+
+
+@pytest.fixture
+def session_config(write_config, target_path):
+    from chains import COPYING_DRAFTERS
+
+    return write_config(f'[target]\nmodel = "{target_path}"\nn_ctx = 512\nthreads = 1\n'
+                        f'[speculative]\nadaptive = false\n{COPYING_DRAFTERS}')     # fixed draft lengths
+
+
+def test_a_sessions_requests_carry_the_conversation_with_plain_decodings_answers(session_config, tmp_path):
+    from specframe.bench.runner import _conversation
+    from specframe.engine import Engine
+
+    (tmp_path / "chat.toml").write_text(SESSION)
+    chat = session(str(tmp_path / "chat.toml"))
+    with Engine.from_config(session_config) as engine:
+        requests = _conversation(engine, chat)
+        messages = [{"role": "system", "content": "Answer briefly."}]
+        for (prompt, max_tokens, reference), turn in zip(requests, chat.turns):
+            messages.append({"role": "user", "content": turn.user})
+            assert engine.vocab.detokenize(prompt) == engine.vocab.detokenize(engine.vocab.tokenize(
+                engine.chat_prompt(messages), add_special=True, parse_special=True))
+            answer = engine.generate(prompt, speculative=False, max_tokens=16, temperature=0.0)
+            assert max_tokens == 16 and reference == answer.tokens      # float32: the oracle follows plain's reply
+            messages.append({"role": "assistant", "content": answer.text})
+        assert all(len(later[0]) > len(earlier[0]) + 16 for earlier, later in zip(requests, requests[1:]))
+        (tmp_path / "long.toml").write_text(SESSION.replace("max_tokens = 16", "max_tokens = 200"))
+        with pytest.raises(SpecframeError, match=r"session long: turn 2: a prompt of \d+ tokens and an answer of "
+                                                 r"up to 200 do not fit in n_ctx=512"):
+            _conversation(engine, session(str(tmp_path / "long.toml")))
+
+
+def test_a_sessions_turns_share_drafter_state_and_each_session_starts_cold(session_config):
+    """ngram-mod keeps its pool across requests: asked the same prompt again within a session, it drafts the first
+    answer it saw; a new session forgets it and drafts as the first turn did."""
+    from specframe.bench.runner import MeasuredRun
+    from specframe.engine import Engine
+
+    with Engine.from_config(session_config) as engine:
+        prompt = engine.prompt_tokens("the quick brown fox jumps over the lazy dog", raw=True)
+        run = MeasuredRun(engine, "ngram-mod")
+
+        def session_of(turns: int):
+            run.begin([(prompt, 48, [])] * turns)
+            ended = None
+            while ended is None:
+                ended = run.advance(0.05)
+            return ended[0]
+
+        first, again = session_of(2)
+        (cold,) = session_of(1)
+    assert first.tokens == again.tokens == cold.tokens
+    assert again.stats.n_accepted >= len(again.tokens) - 8 > first.stats.n_accepted
+    assert (cold.stats.n_drafted, cold.stats.n_accepted) == (first.stats.n_drafted, first.stats.n_accepted)
+
+
+def test_bench_session_runs_every_strategy_over_whole_sessions(session_config, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from specframe.cli import main
+
+    (tmp_path / "chat.toml").write_text(SESSION)
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", "--session", "--config", str(session_config),
+                                       "-w", str(tmp_path / "chat.toml"), "-n", "12", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["workload"], r["strategy"]) for r in rows] == [
+        ("chat", s) for s in ("plain", "prompt-lookup", "ngram-mod", "chain", "oracle")]
+    for row in rows:
+        assert row["tokens"] == 3 * 12 and row["tokens_per_second"] > 0      # three turns of 12 tokens
+        assert row["lossless"] == ("-" if row["strategy"] == "plain" else "identical")
+    oracle = rows[-1]
+    assert oracle["acceptance_rate"] == 1.0 and oracle["passes_per_token"] < 0.5
+    assert result.stdout.splitlines()[1].split()[:3] == ["chat", "plain", "36"]
+    unknown = CliRunner().invoke(main, ["bench", "--session", "--config", str(session_config), "-w", "code-editing"])
+    assert unknown.exit_code != 0 and "session 'code-editing': neither a built-in session" in unknown.output

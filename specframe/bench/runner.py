@@ -1,10 +1,16 @@
 """Benchmark runs: plain decoding, each configured drafter alone, the whole chain and the oracle, greedy, on the
 same target and workloads. The strategies' runs of a round advance together, each in turn for a slice of time, so
 that the machine's drifts (a cloud CPU's pace wanders by a tenth for ten seconds and more at a time) hit them alike
-and each run's speed is set beside plain's in the same round."""
+and each run's speed is set beside plain's in the same round.
+
+A session (bench --session) is a workload of several requests, a conversation: a run makes them one after another,
+its drafters started cold at the first and kept through the others, as a server keeps them. Every strategy is sent
+the same requests, the conversation plain greedy decoding makes (untimed, before the rounds); its answers to them are
+checked against plain's turn by turn."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import platform
 import random
@@ -19,18 +25,19 @@ from typing import Any, Callable
 import numpy as np
 
 from specframe.bench.oracle import oracle_chain, settled_reference
-from specframe.bench.workloads import Workload
+from specframe.bench.workloads import Session, Workload
 from specframe.config import Config
 from specframe.drafting.pass_cost import PassCost
 from specframe.engine import Engine
 from specframe.errors import SpecframeError
 from specframe.grammar import GrammarSpec
 from specframe.llama.context import default_threads
-from specframe.results import Generation, GenerationResult
+from specframe.results import Generation, GenerationResult, RequestStats
 from specframe.testing.lossless import compare
 
 PLAIN, CHAIN, ORACLE = "plain", "chain", "oracle"
 SLICE_SECONDS = 0.5   # a strategy's turn in a round: a few passes, far shorter than the machine's drifts
+Request = tuple[np.ndarray, int, list[int]]   # a prompt, its token budget, the oracle's reference for its answer
 
 
 @dataclass
@@ -76,7 +83,7 @@ def strategies(config: Config) -> list[str]:
     return [PLAIN, *names, *([CHAIN] if len(names) > 1 else []), ORACLE]
 
 
-def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
+def run_bench(config: Config, workloads: list[Workload] | list[Session], repeat: int = 1,
               progress: Callable[[str], None] = lambda label: None) -> tuple[list[BenchRow], PassCost]:
     """Measure every strategy on every workload; ``progress`` is called after each run with its label. Return the
     rows and the pass-cost table that priced the modeled speedups.
@@ -95,32 +102,42 @@ def run_bench(config: Config, workloads: list[Workload], repeat: int = 1,
         cost = PassCost(table, per_position=per_position, depth=depth)
         rows = []
         for workload in workloads:
-            prompt = processes[PLAIN].call("tokenize", workload.prompt, workload.tools)
-            held = (workload.schema, workload.tools)
-            runs: dict[str, list[GenerationResult]] = {name: [] for name in names}
+            held = (workload.schema, workload.tools) if isinstance(workload, Workload) else (None, None)
+            requests = _requests(processes, workload, held)
+            runs: dict[str, list[list[GenerationResult]]] = {name: [] for name in names}   # each round's run
             peaks = dict.fromkeys(names, 0.0)
-            reference = processes[ORACLE].call("settle", prompt, workload.max_tokens, held)   # oracle.py
             for round_number in range(repeat):
                 for name in names:
-                    processes[name].call("begin", prompt, workload.max_tokens,
-                                         reference if name == ORACLE else None, held)
+                    processes[name].call("begin", requests, held)
                 running = _turns(names, round_number)
                 while running:
                     for name in list(running):
                         ended = processes[name].call("advance", SLICE_SECONDS)
                         if ended is not None:
-                            result, peak = ended
-                            runs[name].append(result)
+                            results, peak = ended
+                            runs[name].append(results)
                             peaks[name] = max(peaks[name], peak)
                             running.remove(name)
                             progress(f"{workload.name}: {name}")
-            verdicts = {name: processes[PLAIN].call("compare", runs[PLAIN][0], results[0], held)
-                        for name, results in runs.items() if name != PLAIN}
-            rows += _rows(workload.name, runs, peaks, verdicts, cost)
+            verdicts = {name: _verdict([processes[PLAIN].call("compare", plain, result, held)
+                                        for plain, result in zip(runs[PLAIN][0], rounds[0])])
+                        for name, rounds in runs.items() if name != PLAIN}
+            merged = {name: [_merged(results) for results in rounds] for name, rounds in runs.items()}
+            rows += _rows(workload.name, merged, peaks, verdicts, cost)
         return rows, cost
     finally:
         for process in processes.values():
             process.close()
+
+
+def _requests(processes: dict[str, StrategyProcess], workload: Workload | Session,
+              held: tuple[dict | None, list | None]) -> list[Request]:
+    """What a workload's runs send: its prompt, or a session's conversation (made by the oracle's process), each
+    with its budget and the oracle's reference (oracle.py)."""
+    if isinstance(workload, Session):
+        return processes[ORACLE].call("converse", workload)
+    prompt = processes[PLAIN].call("tokenize", workload.prompt, workload.tools)
+    return [(prompt, workload.max_tokens, processes[ORACLE].call("settle", prompt, workload.max_tokens, held))]
 
 
 def _turns(names: list[str], round_number: int) -> list[str]:
@@ -183,7 +200,9 @@ def _serve(conn, config_path, overrides, strategy: str) -> None:
         "tokenize": lambda prompt, tools: engine.prompt_tokens(prompt, tools=tools),
         "begin": run.begin,
         "advance": run.advance,
-        "settle": lambda prompt, max_tokens, held: _settled(engine, prompt, max_tokens, grammar_of(engine, *held)),
+        "settle": lambda prompt, max_tokens, held: _settled(engine, prompt, max_tokens,
+                                                            grammar_of(engine, *held))[1],
+        "converse": lambda session: _conversation(engine, session),
         "compare": lambda plain, result, held: _lossless(plain, result, engine, grammar_of(engine, *held)),
         "pass_cost": lambda: ((engine.pass_cost.measured, engine.pass_cost.per_position, engine.pass_cost.depth)
                               if engine.pass_cost is not None else ({}, 0.0, 0)),
@@ -208,57 +227,86 @@ def grammar_of(engine: Engine, schema: dict | None, tools: list | None) -> Gramm
     return None
 
 
-def _settled(engine: Engine, prompt: np.ndarray, max_tokens: int, grammar: GrammarSpec | None) -> list[int]:
-    """The oracle's reference for a workload, settled from plain greedy decoding's reply (oracle.py), in untimed
+def _settled(engine: Engine, prompt: np.ndarray, max_tokens: int,
+             grammar: GrammarSpec | None) -> tuple[GenerationResult, list[int]]:
+    """Plain greedy decoding's reply to a prompt, and the oracle's reference settled from it (oracle.py), in untimed
     runs."""
-    reply = np.asarray(engine.generate(prompt, speculative=False, max_tokens=max_tokens, temperature=0.0,
-                                       grammar=grammar).tokens, dtype=np.int32)
-    return settled_reference(lambda known: np.asarray(engine.generate(
+    reply = engine.generate(prompt, speculative=False, max_tokens=max_tokens, temperature=0.0, grammar=grammar)
+    return reply, settled_reference(lambda known: np.asarray(engine.generate(
         prompt, chain=oracle_chain(engine, prompt, known), max_tokens=max_tokens, temperature=0.0,
-        grammar=grammar).tokens), reply).tolist()
+        grammar=grammar).tokens), np.asarray(reply.tokens, dtype=np.int32)).tolist()
+
+
+def _conversation(engine: Engine, session: Session) -> list[Request]:
+    """A session's requests as a chat client sends them: each turn's prompt holds the system prompt, the earlier
+    turns and the answers to them, plain greedy decoding's."""
+    messages = [{"role": "system", "content": session.system}] if session.system else []
+    requests = []
+    for number, turn in enumerate(session.turns, 1):
+        messages.append({"role": "user", "content": turn.user})
+        prompt = engine.vocab.tokenize(engine.chat_prompt(messages), add_special=True, parse_special=True)
+        if prompt.size + turn.max_tokens > engine.context.n_ctx:
+            raise SpecframeError(f"session {session.name}: turn {number}: a prompt of {prompt.size} tokens and an "
+                                 f"answer of up to {turn.max_tokens} do not fit in n_ctx={engine.context.n_ctx} "
+                                 "(raise [target] n_ctx, or lower the turns' budgets with -n)")
+        reply, reference = _settled(engine, prompt, turn.max_tokens, None)
+        messages.append({"role": "assistant", "content": reply.text})
+        requests.append((prompt, turn.max_tokens, reference))
+    return requests
 
 
 class MeasuredRun:
-    """A strategy's greedy run, advanced a slice at a time: started cold at its first slice (drafters and their
-    estimates made anew, as in a new process, from what earlier runs' drafts were worth: acceptance_memory.py), its
-    decoding time without the waits between its slices, and the process's peak memory during it (MiB)."""
+    """A strategy's greedy run of a workload's requests, one after another, advanced a slice at a time: started cold
+    at its first slice (drafters and their estimates made anew, as in a new process, from what earlier runs' drafts
+    were worth: acceptance_memory.py) and its drafters kept through its later requests, as a server keeps them; each
+    request's decoding time without the waits between its slices, and the process's peak memory during the run
+    (MiB)."""
 
     def __init__(self, engine: Engine, strategy: str):
         self.engine, self.strategy = engine, strategy
-        self._request: tuple | None = None
+        self._requests: list[Request] = []
+        self._grammar: GrammarSpec | None = None
+        self._results: list[GenerationResult] = []
         self._generation: Generation | None = None
-        self._waited = 0.0                  # seconds between slices, once decoding has begun
+        self._waited = 0.0                  # seconds between slices, once the request's decoding has begun
         self._paused_at: float | None = None
 
-    def begin(self, prompt: np.ndarray, max_tokens: int, reference: list[int] | None,
-              held: tuple[dict | None, list | None] = (None, None)) -> None:
-        """The run to make: ``reference`` is the oracle's; ``held``, the workload's schema and tools."""
-        self._request, self._generation = (prompt, max_tokens, reference, grammar_of(self.engine, *held)), None
+    def begin(self, requests: list[Request], held: tuple[dict | None, list | None] = (None, None)) -> None:
+        """The requests to make, in order; ``held``: the workload's schema and tools."""
+        self._requests, self._grammar = list(requests), grammar_of(self.engine, *held)
+        self._results, self._generation, self._paused_at = [], None, None
 
-    def advance(self, seconds: float) -> tuple[GenerationResult, float] | None:
-        """Decode for about ``seconds`` (whole steps); once the run has ended, its result and peak memory."""
-        if self._generation is None:
-            self._start()
-        assert self._generation is not None
+    def advance(self, seconds: float) -> tuple[list[GenerationResult], float] | None:
+        """Decode for about ``seconds`` (whole steps); once the last request has ended, each request's result and
+        the peak memory."""
         start = time.perf_counter()
         if self._paused_at is not None:
             self._waited += start - self._paused_at
-        for _ in self._generation:      # each piece of text comes after a step of decoding (one generator throughout)
-            if time.perf_counter() - start >= seconds:
-                self._paused_at = time.perf_counter()
-                return None
-        result = self._generation.result
-        assert result is not None
-        result.stats.generation_seconds -= self._waited
-        self._request = self._generation = None
-        return result, _peak_rss_mib()
+            self._paused_at = None
+        while len(self._results) < len(self._requests):
+            if self._generation is None:
+                self._start()
+            assert self._generation is not None
+            for _ in self._generation:  # each piece of text comes after a step of decoding (one generator throughout)
+                if time.perf_counter() - start >= seconds:
+                    self._paused_at = time.perf_counter()
+                    return None
+            result = self._generation.result
+            assert result is not None
+            result.stats.generation_seconds -= self._waited
+            self._results.append(result)
+            self._generation = None
+        return self._results, _peak_rss_mib()
 
     def _start(self) -> None:
-        assert self._request is not None, "advanced before begin"
-        (prompt, max_tokens, reference, grammar), engine, name = self._request, self.engine, self.strategy
-        engine.forget_drafters()
-        _reset_peak_rss()
-        options: dict[str, Any] = dict(max_tokens=max_tokens, temperature=0.0, grammar=grammar)
+        """The next request; the drafters are forgotten before the first."""
+        assert len(self._results) < len(self._requests), "advanced before begin"
+        engine, name = self.engine, self.strategy
+        prompt, max_tokens, reference = self._requests[len(self._results)]
+        if not self._results:
+            engine.forget_drafters()
+            _reset_peak_rss()
+        options: dict[str, Any] = dict(max_tokens=max_tokens, temperature=0.0, grammar=self._grammar)
         if name == PLAIN:
             options.update(speculative=False)
         elif name == ORACLE:
@@ -267,6 +315,27 @@ class MeasuredRun:
             options.update(drafters=[name])
         self._generation = engine.stream(prompt, track_margins=True, **options)   # traced for the lossless check
         self._waited, self._paused_at = 0.0, None
+
+
+def _merged(results: list[GenerationResult]) -> GenerationResult:
+    """A session's requests as one run, for its row: their tokens, passes and counts together."""
+    if len(results) == 1:
+        return results[0]
+    numbers = [f.name for f in dataclasses.fields(RequestStats)
+               if isinstance(getattr(results[0].stats, f.name), (int, float))]
+    stats = RequestStats(**{name: sum(getattr(r.stats, name) for r in results) for name in numbers})
+    return GenerationResult(text="".join(r.text for r in results), tokens=[t for r in results for t in r.tokens],
+                            n_prompt_tokens=sum(r.n_prompt_tokens for r in results),
+                            stop_reason=results[-1].stop_reason, stats=stats,
+                            passes=[p for r in results for p in r.passes or []])
+
+
+def _verdict(turns: list[str]) -> str:
+    """A run's lossless verdict from its requests': a session's first that is not identical, with its turn."""
+    if len(turns) == 1:
+        return turns[0]
+    return next((f"turn {n}: {verdict}" for n, verdict in enumerate(turns, 1) if verdict != "identical"),
+                "identical")
 
 
 def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[str, float],
