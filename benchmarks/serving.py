@@ -15,6 +15,18 @@ turn's answer plus a question) shows how much of its prompt each server found in
 `specframe run` answers them (drafters started cold for each): the speed a single client of the server should keep;
 "plain" is the same without speculation, the speed nothing may fall below.
 
+    python benchmarks/serving.py --sessions [NAME|FILE ...] [--config ...] [--peers DIR | --no-peer]
+                                 [--peer-defaults] [--max-tokens N] [--out benchmarks/SERVING-SESSIONS.md]
+
+Session mode: the sessions of `specframe bench --session` (specframe/bench/sessions/; all built-in ones when none is
+named), one after another on each server, one client, each session's turns in order as a chat client sends them:
+every request carries the system prompt, the earlier turns and that server's own answers to them (greedy, streamed).
+What drafters learn from earlier requests stays in each server, as in use. The peer is llama-server drafting with
+ngram-mod alone (--spec-type ngram-mod: llama.cpp's drafter that keeps a pool across requests), with the config's
+ngram-mod parameters (llama.cpp's defaults with --peer-defaults, or when the config has no ngram-mod). Reported per
+session and in total: completion tokens, wall time (each request sent -> its last event, prompts included), tokens
+per second, specframe's over llama-server's, and how many answers the two servers wrote alike.
+
 Not a test: timings are meaningful only on an otherwise idle machine. Builds llama-server first when needed
 (benchmarks/peers/build.sh). Writes the Markdown report (--out) and the same as JSON beside it (every request);
 the servers' logs go to a temporary folder, named at the end.
@@ -24,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -42,11 +55,12 @@ from typing import Iterator
 
 import httpx
 
-from specframe.bench.workloads import workloads
+from specframe.bench.workloads import Session, sessions, workloads
 from specframe.config import Config, load_config
 from specframe.engine import Engine
 from specframe.llama import default_threads, kernels_beside
 from specframe.models import resolve_model
+from specframe.overrides import DrafterTables
 from specframe.requantized import requantized
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -88,6 +102,18 @@ class Outcome:
     tokens: int
     seconds: float            # request sent -> last event
     first_text: float | None  # request sent -> first text
+
+
+@dataclass
+class TurnOutcome:
+    server: str
+    session: str
+    turn: int                  # from 1
+    tokens: int                # completion tokens
+    seconds: float             # request sent -> last event
+    prompt_n: int | None       # prompt tokens the server evaluated (its timings), the rest it had cached
+    cache_n: int | None
+    text: str
 
 
 @dataclass
@@ -289,6 +315,100 @@ def bench_run(config_path: pathlib.Path, requests: list[Request], speculative: b
         return summary(name, 1, outcomes, time.perf_counter() - start)
 
 
+# --- sessions ------------------------------------------------------------------------------------------------------
+
+def converse(server: str, url: str, session: Session) -> list[TurnOutcome]:
+    """A session's turns in order, as a chat client sends them: each request carries the system prompt, the earlier
+    turns and the server's own answers to them."""
+    messages = [{"role": "system", "content": session.system}] if session.system else []
+    outcomes = []
+    for number, turn in enumerate(session.turns, 1):
+        messages.append({"role": "user", "content": turn.user})
+        outcome, answer = ask(url, Request(session.name, turn.user, turn.max_tokens), list(messages))
+        messages.append({"role": "assistant", "content": answer["text"]})
+        timings = answer["timings"]
+        outcomes.append(TurnOutcome(server, session.name, number, outcome.tokens, outcome.seconds,
+                                    timings.get("prompt_n"), timings.get("cache_n"), answer["text"]))
+    return outcomes
+
+
+def ngram_mod_peer(config: Config, defaults: bool) -> Config:
+    """The config as the session peer runs it: its target and settings, drafting with ngram-mod alone, with the
+    config's parameters for it unless ``defaults`` (or the config has none): then llama.cpp's (specframe's are
+    the same)."""
+    if defaults or not any(d.type == "ngram-mod" for d in config.drafters):
+        config = load_config(config.path, overrides=(*config.overrides,
+                                                     DrafterTables(("ngram-mod",), True, "the session peer")))
+    return dataclasses.replace(config, drafters=tuple(d for d in config.drafters if d.type == "ngram-mod"))
+
+
+def bench_sessions(name: str, command: list[str], port: int, chosen: list[Session],
+                   log: pathlib.Path) -> list[TurnOutcome]:
+    with running(name, command, port, log) as url:
+        ask(url, Request("warm-up", "Say hello.", 4))
+        outcomes = []
+        for session in chosen:
+            outcomes += converse(name, url, session)
+            done = [o for o in outcomes if o.session == session.name]
+            tokens, seconds = sum(o.tokens for o in done), sum(o.seconds for o in done)
+            say(f"{name}: session {session.name}: {tokens} tokens in {seconds:.1f} s ({tokens / seconds:.2f} tokens/s)")
+    return outcomes
+
+
+def session_report(meta: dict, outcomes: list[TurnOutcome]) -> str:
+    servers = list(dict.fromkeys(o.server for o in outcomes))
+    names = list(dict.fromkeys(o.session for o in outcomes))
+    lines = [f"# Sessions: {' vs '.join(f'`{s}`' for s in servers)}", "",
+             f"`{meta['command']}` on {meta['date']}; CPU: {meta['cpu']}; {meta['threads']} threads; "
+             f"config `{meta['config']}`; {SLOTS} slots; one client; greedy, streamed; {meta['kernels']}.", "",
+             *[f"- {server}: `{' '.join(command)}`" for server, command in meta["commands"].items()], "",
+             "| session | turns | server | tokens | wall s | tok/s | prompt tokens evaluated | cached |",
+             "|---|---:|---|---:|---:|---:|---:|---:|"]
+
+    def of(server: str, session: str | None) -> list[TurnOutcome]:
+        return [o for o in outcomes if o.server == server and session in (None, o.session)]
+
+    def speed(done: list[TurnOutcome]) -> float:
+        return sum(o.tokens for o in done) / sum(o.seconds for o in done)
+
+    def count(values) -> str:
+        known = [v for v in values if v is not None]
+        return str(sum(known)) if known else "-"
+
+    for session in [*names, None]:
+        for server in servers:
+            done = of(server, session)
+            lines.append(f"| {session or '**all**'} | {len(done)} | {server} | {sum(o.tokens for o in done)} | "
+                         f"{sum(o.seconds for o in done):.1f} | {speed(done):.2f} | "
+                         f"{count(o.prompt_n for o in done)} | {count(o.cache_n for o in done)} |")
+    if len(servers) == 2:
+        ours, theirs = servers
+        lines += ["", f"| session | {ours} / {theirs} (tok/s) | same answer text |", "|---|---:|---:|"]
+        for session in [*names, None]:
+            pairs = list(zip(of(ours, session), of(theirs, session)))
+            same = sum(a.text == b.text for a, b in pairs)
+            lines.append(f"| {session or '**all**'} | {speed(of(ours, session)) / speed(of(theirs, session)):.2f}x | "
+                         f"{same} of {len(pairs)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main_sessions(args: argparse.Namespace, config: Config) -> None:
+    chosen = sessions(args.sessions, args.max_tokens)
+    servers = [("specframe", lambda port: specframe_command(args.config.resolve(), port))]
+    if not args.no_peer:
+        binary, peer = llama_server(args.peers, ("--server-only",)), ngram_mod_peer(config, args.peer_defaults)
+        servers.append(("llama-server ngram-mod", lambda port: llama_server_command(binary, peer, port)))
+    logs = pathlib.Path(tempfile.mkdtemp(prefix="specframe-sessions-"))
+    outcomes = []
+    for name, command in servers:
+        port = free_port()
+        outcomes += bench_sessions(name, command(port), port, chosen, logs / f"{name.split()[0]}.log")
+    meta = run_meta(config) | {"config": str(args.config), "sessions": [s.name for s in chosen],
+                               "commands": {name: command(0) for name, command in servers}}
+    write_report(args.out or HERE / "SERVING-SESSIONS.md", session_report(meta, outcomes),
+                 {"meta": meta, "turns": [asdict(o) for o in outcomes]}, logs)
+
+
 # --- the report ----------------------------------------------------------------------------------------------------
 
 def report(meta: dict, rows: list[Row], turns: dict[str, dict]) -> str:
@@ -334,7 +454,7 @@ def report(meta: dict, rows: list[Row], turns: dict[str, dict]) -> str:
 
 # --- main ----------------------------------------------------------------------------------------------------------
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=pathlib.Path, default=REPO / "config.example.toml",
                         help="specframe's config (default: config.example.toml)")
@@ -344,8 +464,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--peers", type=pathlib.Path, metavar="DIR",
                         help="the peers build (its server/llama-server) instead of running benchmarks/peers/build.sh")
     parser.add_argument("--no-peer", action="store_true", help="measure specframe serve alone")
-    parser.add_argument("--out", type=pathlib.Path, default=HERE / "SERVING.md", help="Markdown report")
-    args = parser.parse_args()
+    parser.add_argument("--sessions", nargs="*", metavar="NAME|FILE",
+                        help="session mode: these sessions of specframe bench --session (none named: all built-in)")
+    parser.add_argument("--peer-defaults", action="store_true",
+                        help="session mode: llama-server's ngram-mod with llama.cpp's defaults, not the config's")
+    parser.add_argument("--out", type=pathlib.Path,
+                        help="Markdown report (default: benchmarks/SERVING.md, in session mode SERVING-SESSIONS.md)")
+    args = parser.parse_args(argv)
     if args.requests < 1 or min(args.clients) < 1 or (args.max_tokens is not None and args.max_tokens < 1):
         parser.error("--requests, --clients and --max-tokens must be >= 1")
     return args
@@ -385,6 +510,8 @@ def run_meta(config: Config) -> dict:
 def main() -> None:
     args = parse_args()
     config = load_config(args.config)
+    if args.sessions is not None:
+        return main_sessions(args, config)
     chosen = workloads((), args.max_tokens)
     requests = [Request(w.name, w.prompt, w.max_tokens) for w in (chosen * args.requests)[:args.requests]]
     servers = [("specframe", lambda port: specframe_command(args.config.resolve(), port))]
@@ -405,8 +532,8 @@ def main() -> None:
     meta = run_meta(config) | {"config": str(args.config), "requests": args.requests,
                                "workloads": [w.name for w in chosen],
                                "commands": {name: command(0) for name, command in servers}}
-    write_report(args.out, report(meta, rows, turns), {"meta": meta, "rows": [asdict(r) for r in rows],
-                                                       "second_turn": turns, "requests": runs}, logs)
+    write_report(args.out or HERE / "SERVING.md", report(meta, rows, turns),
+                 {"meta": meta, "rows": [asdict(r) for r in rows], "second_turn": turns, "requests": runs}, logs)
 
 
 if __name__ == "__main__":

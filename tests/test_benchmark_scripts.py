@@ -62,6 +62,92 @@ def test_llama_server_gets_the_configs_n_gram_parameters(serving, write_config, 
     assert "--spec-ngram-mod-n-match 24 --spec-ngram-mod-n-min 8 --spec-ngram-mod-n-max 64" in command
 
 
+def test_the_session_peer_is_llama_server_drafting_with_ngram_mod_alone(serving, write_config, target_path):
+    """Against sessions llama-server drafts with ngram-mod, the drafter llama.cpp keeps across requests: with the
+    config's parameters for it, or llama.cpp's defaults (--peer-defaults, or a config without ngram-mod)."""
+    from specframe.config import load_config
+
+    table = f'[target]\nmodel = "{target_path}"\n[[drafter]]\ntype = "ngram-simple"\n'
+    config = load_config(write_config(table + '[[drafter]]\ntype = "ngram-mod"\nn_min = 8\n'))
+
+    def command(config, defaults):
+        return " ".join(serving.llama_server_command(pathlib.Path("llama-server"),
+                                                     serving.ngram_mod_peer(config, defaults), 8080))
+
+    ours = command(config, False)
+    assert ours.endswith("--spec-ngram-mod-n-match 24 --spec-ngram-mod-n-min 8 --spec-ngram-mod-n-max 64 "
+                         "--spec-type ngram-mod") and "ngram-simple" not in ours
+    defaults = "--spec-ngram-mod-n-match 24 --spec-ngram-mod-n-min 48 --spec-ngram-mod-n-max 64 --spec-type ngram-mod"
+    assert command(config, True).endswith(defaults)
+    assert command(load_config(write_config(table, "other.toml")), False).endswith(defaults)
+    assert f"-m {target_path} " in ours and "-np 4" in ours
+
+
+def test_a_session_through_serve_carries_the_servers_own_answers(serving, write_config, target_path, tmp_path,
+                                                                 monkeypatch):
+    """Each turn's request carries the system prompt, the earlier turns and the server's answers to them; each answer
+    is the target's greedy answer to the conversation so far, and the server finds the earlier turns in its cache."""
+    import os
+
+    from chains import COPYING_DRAFTERS
+
+    from specframe.bench.workloads import Session, Turn
+    from specframe.engine import Engine
+
+    config = write_config(f'[target]\nmodel = "{target_path}"\nn_ctx = 512\nthreads = 1\n{COPYING_DRAFTERS}')
+    chat = Session("chat", "Answer briefly.", (Turn("the quick brown fox jumps over the lazy dog", 12),
+                                               Turn("one two three four one two three four", 12),
+                                               Turn("alpha beta gamma alpha beta gamma", 12)))
+    sent = []
+    ask = serving.ask
+
+    def recording(url, request, messages=None):
+        sent.append(messages)
+        return ask(url, request, messages)
+
+    monkeypatch.setattr(serving, "ask", recording)
+    monkeypatch.setattr(serving, "LAUNCH_ENVIRONMENT", dict(os.environ))    # this test's cache
+    port = serving.free_port()
+    with serving.running("specframe", serving.specframe_command(config, port, slots=1), port,
+                         tmp_path / "serve.log") as url:
+        outcomes = serving.converse("specframe", url, chat)
+    answers = [o.text for o in outcomes]
+    system = {"role": "system", "content": "Answer briefly."}
+    user = [{"role": "user", "content": turn.user} for turn in chat.turns]
+    said = [{"role": "assistant", "content": answer} for answer in answers]
+    assert sent == [[system, user[0]], [system, user[0], said[0], user[1]],
+                    [system, user[0], said[0], user[1], said[1], user[2]]]
+    with Engine.from_config(config) as engine:
+        for messages, answer in zip(sent, answers):
+            prompt = engine.vocab.tokenize(engine.chat_prompt(messages), add_special=True, parse_special=True)
+            assert engine.generate(prompt, speculative=False, max_tokens=12, temperature=0.0).text == answer
+    assert [(o.session, o.turn, o.server) for o in outcomes] == [("chat", n, "specframe") for n in (1, 2, 3)]
+    assert all(0 < o.tokens <= 12 and o.seconds > 0 for o in outcomes)
+    assert outcomes[0].cache_n == 0 and outcomes[1].cache_n > 0 and outcomes[2].cache_n > outcomes[1].cache_n
+
+
+def test_the_session_report_compares_the_servers_session_by_session(serving):
+    def turn(server, session, number, tokens, seconds, text):
+        return serving.TurnOutcome(server, session, number, tokens, seconds, 10, 5 * number, text)
+
+    outcomes = [turn("specframe", "a", 1, 100, 2.0, "x"), turn("specframe", "a", 2, 100, 2.0, "y"),
+                turn("specframe", "b", 1, 50, 5.0, "z"),
+                turn("llama-server ngram-mod", "a", 1, 100, 4.0, "x"),
+                turn("llama-server ngram-mod", "a", 2, 100, 4.0, "w"),
+                turn("llama-server ngram-mod", "b", 1, 50, 5.0, "z")]
+    meta = {"command": "python serving.py --sessions", "date": "today", "cpu": "cpu", "threads": 2,
+            "config": "c.toml", "kernels": "kernels",
+            "commands": {"specframe": ["specframe", "serve"], "llama-server ngram-mod": ["llama-server"]}}
+    text = serving.session_report(meta, outcomes)
+    assert "| a | 2 | specframe | 200 | 4.0 | 50.00 | 20 | 15 |" in text
+    assert "| **all** | 3 | llama-server ngram-mod | 250 | 13.0 | 19.23 | 30 | 20 |" in text
+    assert "| a | 2.00x | 1 of 2 |" in text and "| b | 1.00x | 1 of 1 |" in text
+    assert f"| **all** | {(250 / 9.0) / (250 / 13.0):.2f}x | 2 of 3 |" in text
+    assert "- llama-server ngram-mod: `llama-server`" in text
+    alone = serving.session_report(meta, outcomes[:3])
+    assert "same answer text" not in alone and "| **all** | 3 | specframe | 250 | 9.0 |" in alone
+
+
 LOG = """
 encoded   40 tokens in    0.400 seconds, speed:  100.000 t/s
 decoded  {n} tokens in   12.800 seconds, speed:   {speed:.3f} t/s
