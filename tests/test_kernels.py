@@ -1,5 +1,6 @@
 """ggml's tiled K-quant matmul switch (specframe.llama.kernels): chosen once per process, before any pass, and part
-of what stored timings are keyed by. That it reaches ggml is shown on a real model (test_real_models.py)."""
+of what stored timings are keyed by. That it reaches ggml is shown on a real model (test_real_models.py). And what
+a user is told of the kernels a model's weights run on (AMX builds: test_build_llama.py)."""
 
 import logging
 import os
@@ -82,3 +83,45 @@ def test_a_report_names_the_kernels_of_both_sides(fresh_process):
     assert kernels.kernels_beside({}) == ("ggml's tiled K-quant matmul off in specframe, GGML_CPU_TILED_MM unset "
                                           "(ggml's default: on) for llama.cpp's tools")
     assert kernels.kernels_beside({"GGML_CPU_TILED_MM": "0"}).endswith("GGML_CPU_TILED_MM=0 for llama.cpp's tools")
+
+
+AMX_BUILD = AVX512 + "AMX_INT8 = 1 | "
+
+
+@pytest.mark.parametrize("features, cpu_amx, buffers, says", [
+    (AVX512, False, {"CPU_REPACK": 812.0, "CPU_Mapped": 120.5}, None),
+    (AVX512, True, {"CPU_REPACK": 812.0}, "this CPU has AMX, this build has no AMX kernels: ./build_llama.sh --amx"),
+    (AMX_BUILD, True, {"AMX": 700.0, "CPU_Mapped": 232.5}, "AMX kernels run (--amx build)"),
+    (AMX_BUILD, True, {"CPU_Mapped": 932.5}, "AMX kernels built, but no weights went to them"),
+    (AMX_BUILD, False, {"CPU_Mapped": 932.5}, "AMX kernels built, but this CPU has no amx_int8"),
+])
+def test_the_kernel_line_names_the_weights_buffers_and_what_amx_changes(fresh_process, monkeypatch, features,
+                                                                         cpu_amx, buffers, says):
+    fresh_process(features)
+    monkeypatch.setattr(kernels, "cpu_has_amx", lambda: cpu_amx)
+    line = kernels.describe_kernels(buffers)
+    weights = "weights in " + ", ".join(f"{name} {mib:.1f} MiB" for name, mib in buffers.items())
+    assert line == weights if says is None else line.startswith(f"{weights}; {says}")
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize("use_mmap, buffer", [(True, "CPU_Mapped"), (False, "CPU")])
+def test_a_model_knows_where_its_weights_went_whatever_logging_shows(tmp_path, caplog, use_mmap, buffer):
+    """From llama.cpp's log of the load, read at any logging level (here: warnings only)."""
+    import gguf
+
+    from specframe.llama import Model, offload_devices
+    from specframe.model_settings import ModelSettings
+    from specframe.testing.synthetic import SyntheticShape, write_synthetic_model
+
+    if offload_devices():
+        pytest.skip("a GPU build puts weights in its GPU's buffers")
+    path = write_synthetic_model(tmp_path / "q8.gguf", quantize=True, shape=SyntheticShape(n_embd=256, n_ff=512))
+    tensors = gguf.GGUFReader(path).tensors
+    mib = sum(int(t.n_bytes) for t in tensors) / 2**20
+    caplog.set_level(logging.WARNING, logger="specframe.llama")
+    with Model(path, ModelSettings(use_mmap=use_mmap, use_extra_bufts=False)) as model:
+        buffers = model.weight_buffers
+    assert list(buffers) == [buffer]
+    assert abs(buffers[buffer] - mib) <= 0.005 + len(tensors) * 64 / 2**20    # logged to 0.01 MiB, plus alignment
+    assert not any("model buffer size" in r.getMessage() for r in caplog.records)

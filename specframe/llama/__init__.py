@@ -3,7 +3,10 @@
 from specframe.llama._native import LlamaLibraryError, library_prefix, native
 from specframe.llama.context import Batch, Context, ContextFullError, DecodeError, Segment, default_threads
 from specframe.llama.kernels import (
+    amx_built,
     choose_tiled_matmul,
+    cpu_has_amx,
+    describe_kernels,
     kernels_beside,
     system_info,
     tiled_matmul_on,
@@ -13,6 +16,7 @@ from specframe.llama.model import FimTokens, Model, Vocab, offload_devices
 
 __all__ = [
     "Batch", "Context", "ContextFullError", "DecodeError", "FimTokens", "LlamaLibraryError", "Model", "Segment",
-    "Vocab", "choose_tiled_matmul", "default_threads", "kernels_beside", "library_prefix", "native", "offload_devices",
-    "system_info", "tiled_matmul_on", "timing_identity",
+    "Vocab", "amx_built", "choose_tiled_matmul", "cpu_has_amx", "default_threads", "describe_kernels",
+    "kernels_beside", "library_prefix", "native", "offload_devices", "system_info", "tiled_matmul_on",
+    "timing_identity",
 ]

@@ -1,4 +1,5 @@
-"""Find and import the compiled binding that build_llama.sh made, and route llama.cpp's log into logging.
+"""Find and import the compiled binding that build_llama.sh made, and route llama.cpp's log into logging (and to
+``captured_log`` on the thread that asked, whatever the logging level).
 
 A signal that arrives while libllama runs is handled by Python when libllama next calls back into it (its log):
 a KeyboardInterrupt raised there cannot cross the C frames, so it is kept and raised again by
@@ -7,6 +8,7 @@ a KeyboardInterrupt raised there cannot cross the C frames, so it is kept and ra
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -16,7 +18,8 @@ import logging
 import os
 import pathlib
 import sys
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 from specframe.errors import SpecframeError
 from specframe.llama._declarations import MODULE_NAME
@@ -83,6 +86,20 @@ def _load_cxx_runtime_first() -> None:
 
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _pending_interrupts: list[KeyboardInterrupt] = []
+_capture = threading.local()   # .lines: the list captured_log fills on this thread
+
+
+@contextlib.contextmanager
+def captured_log() -> Iterator[list[str]]:
+    """The lines llama.cpp logs on this thread inside the ``with``, at any level: what a load reports (its buffers)
+    is read from them even where logging shows none of it."""
+    outer = getattr(_capture, "lines", None)
+    lines: list[str] = []
+    _capture.lines = lines
+    try:
+        yield lines
+    finally:
+        _capture.lines = outer
 
 
 def raise_pending_interrupt() -> None:
@@ -107,9 +124,12 @@ def _install_log_callback(ffi, lib) -> None:
         # GGML_LOG_LEVEL_CONT continues the previous message at its level.
         python_level = _LEVELS.get(int(level), last_level[0])
         last_level[0] = python_level
-        if log.isEnabledFor(python_level):
+        capture = getattr(_capture, "lines", None)
+        if capture is not None or log.isEnabledFor(python_level):
             message = ffi.string(text).decode("utf-8", "replace").rstrip("\n")
-            if message:
+            if message and capture is not None:
+                capture.append(message)
+            if message and log.isEnabledFor(python_level):
                 log.log(python_level, "%s", message)
 
     lib.llama_log_set(lib.specframe_log_callback, ffi.NULL)

@@ -1,4 +1,5 @@
-"""ggml's process-wide choice of CPU kernels for K-quant weights: the tiled matmul (GGML_CPU_TILED_MM).
+"""ggml's process-wide choice of CPU kernels for K-quant weights: the tiled matmul (GGML_CPU_TILED_MM); and which
+kernels a build has and a model's weights get (Intel AMX: ./build_llama.sh --amx).
 
 ggml multiplies a K-quant weight it did not repack (in a Q4_K_M model: the Q6_K output and some layers' ffn_down and
 attn_v) by 8 or more rows at once with its tiled kernels. On a 2-core AMD EPYC whose ggml kernels are AVX2, with
@@ -77,7 +78,47 @@ def system_info() -> str:
     return ffi.string(lib.llama_print_system_info()).decode()
 
 
+def amx_built() -> bool:
+    """Whether this build has ggml's AMX kernels (./build_llama.sh --amx)."""
+    return "AMX_INT8" in _build_features()
+
+
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX-INT8, as Linux lists it (elsewhere: no)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return any(line.startswith("flags") and "amx_int8" in line.split() for line in cpuinfo)
+    except OSError:
+        return False
+
+
+def describe_kernels(weight_buffers: Mapping[str, float]) -> str:
+    """One line for a user: the ggml buffer types a model's weights went to (each names the kernels that multiply
+    by them: CPU_REPACK, AMX, CPU_Mapped...) and what AMX would change."""
+    weights = ", ".join(f"{name} {mib:.1f} MiB" for name, mib in weight_buffers.items()) or "none reported"
+    built, here = amx_built(), cpu_has_amx()
+    if built and not here:
+        amx = "AMX kernels built, but this CPU has no amx_int8: ggml's other kernels run"
+    elif built and "AMX" not in weight_buffers:
+        amx = ("AMX kernels built, but no weights went to them (they take Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K and "
+               "IQ4_XS, with use_extra_bufts on)")
+    elif built:
+        amx = ("AMX kernels run (--amx build): passes of several tokens cost less than without them, single "
+               "tokens more (README.md, Building libllama)")
+    elif here:
+        amx = ("this CPU has AMX, this build has no AMX kernels: ./build_llama.sh --amx may verify drafts faster "
+               "and decode single tokens slower (README.md, Building libllama)")
+    else:
+        return f"weights in {weights}"
+    return f"weights in {weights}; {amx}"
+
+
+def _build_features() -> set[str]:
+    """The features this build's CPU kernels have ("AVX2", "AVX512", "AMX_INT8"...)."""
+    return set(re.findall(r"(\w+) = 1", system_info()))
+
+
 def _avx2_at_most() -> bool:
     """Whether the build's CPU kernels are x86's AVX2 without AVX-512."""
-    features = set(re.findall(r"(\w+) = 1", system_info()))
+    features = _build_features()
     return "AVX2" in features and "AVX512" not in features

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import weakref
 from dataclasses import dataclass
 from typing import Sequence
@@ -12,7 +13,7 @@ import numpy as np
 from specframe.errors import ModelError, ParamError
 from specframe.files import file_problem
 from specframe.llama._handle import Handle
-from specframe.llama._native import native, raise_pending_interrupt
+from specframe.llama._native import captured_log, native, raise_pending_interrupt
 from specframe.model_settings import NO_DEVICE, ModelSettings
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
@@ -22,6 +23,8 @@ VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: 
 _EXPERTS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 _LOAD_MODES = {(True, False): "LLAMA_LOAD_MODE_AUTO", (True, True): "LLAMA_LOAD_MODE_MMAP_MLOCK",
                (False, False): "LLAMA_LOAD_MODE_NONE", (False, True): "LLAMA_LOAD_MODE_MLOCK"}   # (mmap, mlock)
+# llama.cpp's load reports each buffer of weights: "load_tensors:   CPU_REPACK model buffer size =   612.00 MiB".
+_WEIGHT_BUFFER = re.compile(r"(\S+) model buffer size = *([0-9.]+) MiB")
 
 
 def offload_devices() -> dict[str, str]:
@@ -110,13 +113,20 @@ class Model(Handle):
         self.settings = settings or ModelSettings()
         self._check_file(self.path)
         params, self._params_memory = model_params(self.settings, vocab_only)   # libllama keeps pointers into it
-        handle = self._lib.llama_model_load_from_file(self.path.encode(), params)
+        with captured_log() as load_log:
+            handle = self._lib.llama_model_load_from_file(self.path.encode(), params)
         if handle == self._ffi.NULL:
             raise_pending_interrupt()
             raise ModelError(f"llama.cpp could not load {self.path}: not a GGUF model this build supports "
                              "(run with --verbose to see llama.cpp's reason)")
         self._handle = handle
         self._contexts: weakref.WeakSet = weakref.WeakSet()
+        # Where the weights went, MiB by ggml buffer type (CPU_REPACK, AMX, CPU_Mapped, CUDA0...): the type
+        # names the kernels that multiply by them.
+        self.weight_buffers: dict[str, float] = {}
+        for line in load_log:
+            for name, mib in _WEIGHT_BUFFER.findall(line):
+                self.weight_buffers[name] = self.weight_buffers.get(name, 0.0) + float(mib)
         self.vocab = Vocab(self, self._lib.llama_model_get_vocab(handle))
         raise_pending_interrupt()
 
