@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build libllama (pinned llama.cpp 0c1e570) and specframe's cffi binding against that exact llama.h.
 #
-#   ./build_llama.sh [--cpu | --cuda | --metal] [--prefix DIR] [--jobs N] [--force] [--no-smoke-test]
+#   ./build_llama.sh [--cpu | --cuda | --metal] [--amx] [--prefix DIR] [--jobs N] [--force] [--no-smoke-test]
 #                    [--configure-only] [--print-cmake-args]
 #
 # Source: $LLAMA_CPP_DIR when set (a llama.cpp checkout at the pinned commit), otherwise the llama.cpp that the
@@ -11,6 +11,11 @@
 # use is recorded in <cache>/llama/current, where specframe looks for it (SPECFRAME_LLAMA_PREFIX overrides).
 # --print-cmake-args prints the CPU and backend CMake flags, one per line, and exits: other builds from the same
 # source (benchmarks/peers/build.sh) take them from here.
+# --amx: a CPU build with Intel AMX kernels (GGML_AMX_TILE, GGML_AMX_INT8, beside AVX-512 VNNI) for the Xeons that
+# have them (amx_int8 in /proc/cpuinfo), from a copy of the source with patches/ggml-amx-*.patch applied. Opt-in:
+# on one Emerald Rapids Xeon it verified 16 drafted tokens in 2.0 single passes instead of 4.1, but single passes
+# (plain decoding, drafting) were slower (README.md, "Building libllama"). Its prefix is llama/cpu-amx-<key>;
+# `current` is the one built last.
 set -euo pipefail
 
 LLAMA_COMMIT=0c1e570
@@ -32,38 +37,45 @@ FORCE=0
 SMOKE=1
 CONFIGURE_ONLY=0
 PRINT_CMAKE_ARGS=0
+AMX=0
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpu) BACKEND=cpu ;;
         --cuda) BACKEND=cuda ;;
         --metal) BACKEND=metal ;;
+        --amx) AMX=1 ;;
         --prefix) PREFIX=${2:?--prefix needs a directory}; shift ;;
         --jobs) JOBS=${2:?--jobs needs a number}; shift ;;
         --force) FORCE=1 ;;
         --no-smoke-test) SMOKE=0 ;;
         --configure-only) CONFIGURE_ONLY=1 ;;
         --print-cmake-args) PRINT_CMAKE_ARGS=1 ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown option '$1' (expected --cpu, --cuda, --metal, --prefix DIR, --jobs N, --force, --no-smoke-test, --configure-only, --print-cmake-args)" ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
+        *) die "unknown option '$1' (expected --cpu, --cuda, --metal, --amx, --prefix DIR, --jobs N, --force, --no-smoke-test, --configure-only, --print-cmake-args)" ;;
     esac
     shift
 done
+case "$(uname -m)" in x86_64|amd64) x86=1 ;; *) x86=0 ;; esac
+[ "$AMX" = 0 ] || { [ "$BACKEND" = cpu ] && [ "$x86" = 1 ]; } \
+    || die "--amx is for CPU builds on x86-64 (this is a $BACKEND build on $(uname -m))"
 
 # --- CPU and backend flags (what --print-cmake-args prints) --------------------------------------------------------
 BACKEND_ARGS=()
-cpu_flag() { grep -qw "$1" /proc/cpuinfo 2>/dev/null && echo ON || echo OFF; }
-case "$(uname -m)" in
-    x86_64|amd64)
-        # GGML_NATIVE=ON picks AMX kernels that crash on quantized models on some CPUs: name the features instead.
-        BACKEND_ARGS+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
-                       -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
-        if [ "$(cpu_flag avx512f)" = ON ] && [ "$(cpu_flag avx512bw)" = ON ] && [ "$(cpu_flag avx512vl)" = ON ]; then
-            BACKEND_ARGS+=(-DGGML_AVX512=ON -DGGML_AVX512_VNNI="$(cpu_flag avx512_vnni)"
-                           -DGGML_AVX512_VBMI="$(cpu_flag avx512vbmi)" -DGGML_AVX512_BF16="$(cpu_flag avx512_bf16)")
-        fi
-        ;;
-esac
+cpu_has() { grep -qw "$1" /proc/cpuinfo 2>/dev/null; }
+# Under --amx, the features every CPU with AMX has (Sapphire Rapids on) are ON whatever this CPU has.
+cpu_flag() { { [ "$AMX" = 1 ] || cpu_has "$1"; } && echo ON || echo OFF; }
+if [ "$x86" = 1 ]; then
+    # Named features, not GGML_NATIVE=ON, which would also pick the AMX kernels (opt-in: --amx).
+    amx_flag=OFF; [ "$AMX" = 0 ] || amx_flag=ON
+    BACKEND_ARGS+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                   -DGGML_AMX_TILE=$amx_flag -DGGML_AMX_INT8=$amx_flag -DGGML_AMX_BF16=OFF)
+    if [ "$(cpu_flag avx512f)" = ON ] && [ "$(cpu_flag avx512bw)" = ON ] && [ "$(cpu_flag avx512vl)" = ON ]; then
+        # ggml compiles its AMX kernels only beside the AVX-512 VNNI ones (ggml-cpu/amx/amx.cpp).
+        BACKEND_ARGS+=(-DGGML_AVX512=ON -DGGML_AVX512_VNNI="$(cpu_flag avx512_vnni)"
+                       -DGGML_AVX512_VBMI="$(cpu_flag avx512vbmi)" -DGGML_AVX512_BF16="$(cpu_flag avx512_bf16)")
+    fi
+fi
 
 case "$BACKEND" in
     cpu) BACKEND_ARGS+=(-DGGML_CUDA=OFF -DGGML_METAL=OFF) ;;
@@ -119,6 +131,9 @@ if [ "$PRINT_CMAKE_ARGS" = 1 ]; then
     printf '%s\n' "${BACKEND_ARGS[@]}"
     exit 0
 fi
+if [ "$AMX" = 1 ] && [ "$SMOKE" = 1 ] && [ "$CONFIGURE_ONLY" = 0 ] && ! cpu_has avx512_vnni; then
+    die "--amx builds for CPUs with AVX-512 VNNI (all that have AMX); this one has none, so the library could not run here (add --no-smoke-test to build it anyway)"
+fi
 
 # --- tools ---------------------------------------------------------------------------------------------------------
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
@@ -141,6 +156,8 @@ fi
 
 sha256_of() { "$PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1"; }
 hash_text() { "$PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])'; }
+
+PATCH_NAMES=""   # what --amx applies, recorded in build-info.txt
 
 # --- source --------------------------------------------------------------------------------------------------------
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
@@ -176,6 +193,40 @@ else
     fi
 fi
 
+# --- patches (--amx) ------------------------------------------------------------------------------------------------
+# Applied to a copy of the source (hard links, but for the files patched), never to the source the other builds use;
+# the patches' text becomes part of the source's identity, hence of the build's key.
+if [ "$AMX" = 1 ]; then
+    PATCHES=("$REPO_DIR"/patches/ggml-amx-*.patch)   # in name order
+    [ -f "${PATCHES[0]}" ] || die "no patches/ggml-amx-*.patch in $REPO_DIR"
+    PATCH_NAMES="${PATCHES[*]##*/}"
+    command -v patch >/dev/null || die "--amx needs GNU patch (e.g. apt-get install patch)"
+    SOURCE_ID="$SOURCE_ID patches:$(cat "${PATCHES[@]}" | hash_text)"
+    PATCHED_DIR="$CACHE_DIR/src/patched-$(printf '%s\n' "$SOURCE_ID" | hash_text)"
+    if [ ! -f "$PATCHED_DIR/.specframe-complete" ]; then
+        say "applying $PATCH_NAMES to a copy of $SRC_DIR"
+        rm -rf "$PATCHED_DIR" "$PATCHED_DIR.tmp"
+        mkdir -p "$CACHE_DIR/src"
+        cp -al "$SRC_DIR" "$PATCHED_DIR.tmp" 2>/dev/null \
+            || { rm -rf "$PATCHED_DIR.tmp"; cp -a "$SRC_DIR" "$PATCHED_DIR.tmp"; }   # another file system
+        rm -f "$PATCHED_DIR.tmp/.specframe-complete"
+        for p in "${PATCHES[@]}"; do
+            for f in $(sed -n 's#^+++ b/\([^\t ]*\).*#\1#p' "$p"); do   # a file of its own, not the shared one
+                cp --remove-destination "$SRC_DIR/$f" "$PATCHED_DIR.tmp/$f"
+            done
+            if patch -d "$PATCHED_DIR.tmp" -p1 --batch --force --dry-run --reverse < "$p" >/dev/null 2>&1; then
+                say "$(basename "$p") is already in $SRC_DIR: skipped"
+            else
+                patch -d "$PATCHED_DIR.tmp" -p1 --batch --forward --quiet < "$p" \
+                    || die "$(basename "$p") does not apply to $SRC_DIR (a llama.cpp other than $LLAMA_COMMIT?)"
+            fi
+        done
+        touch "$PATCHED_DIR.tmp/.specframe-complete"
+        mv "$PATCHED_DIR.tmp" "$PATCHED_DIR"
+    fi
+    SRC_DIR=$PATCHED_DIR
+fi
+
 # --- configuration -------------------------------------------------------------------------------------------------
 CMAKE_ARGS=(
     -G Ninja
@@ -192,7 +243,8 @@ CMAKE_ARGS=(
 
 COMPILER_ID=$( (c++ --version 2>/dev/null || g++ --version) | head -1)
 KEY=$(printf '%s\n' "$BUILD_RECIPE_VERSION" "$SOURCE_ID" "$BACKEND" "$COMPILER_ID" "${CMAKE_ARGS[@]}" | hash_text)
-[ -n "$PREFIX" ] || PREFIX="$CACHE_DIR/llama/$BACKEND-$KEY"
+VARIANT=$BACKEND; [ "$AMX" = 0 ] || VARIANT=$BACKEND-amx
+[ -n "$PREFIX" ] || PREFIX="$CACHE_DIR/llama/$VARIANT-$KEY"
 mkdir -p "$PREFIX"
 PREFIX=$(cd "$PREFIX" && pwd)
 
@@ -209,8 +261,8 @@ if [ "$CONFIGURE_ONLY" = 1 ]; then
     exit 0
 fi
 if [ "$FORCE" = 1 ] || [ ! -f "$PREFIX/.complete" ] || [ "$(cat "$PREFIX/.complete")" != "$KEY" ]; then
-    BUILD_DIR="$CACHE_DIR/build/$BACKEND-$KEY"
-    say "building libllama ($BACKEND) from $SRC_DIR into $PREFIX (a few minutes)"
+    BUILD_DIR="$CACHE_DIR/build/$VARIANT-$KEY"
+    say "building libllama ($VARIANT) from $SRC_DIR into $PREFIX (a few minutes)"
     cmake -S "$SRC_DIR" -B "$BUILD_DIR" "${CMAKE_ARGS[@]}" -DCMAKE_INSTALL_PREFIX="$PREFIX" > "$PREFIX/configure.log" 2>&1 \
         || { tail -30 "$PREFIX/configure.log" >&2; die "cmake configure failed; full log: $PREFIX/configure.log"; }
     cmake --build "$BUILD_DIR" -j "$JOBS" > "$PREFIX/build.log" 2>&1 \
@@ -218,7 +270,8 @@ if [ "$FORCE" = 1 ] || [ ! -f "$PREFIX/.complete" ] || [ "$(cat "$PREFIX/.comple
     cmake --install "$BUILD_DIR" > "$PREFIX/install.log" 2>&1 \
         || { tail -30 "$PREFIX/install.log" >&2; die "install failed; full log: $PREFIX/install.log"; }
     printf '%s\n' "${CMAKE_ARGS[@]}" > "$PREFIX/cmake-args.txt"
-    printf 'commit=%s\nbackend=%s\nsource=%s\ncompiler=%s\n' "$LLAMA_COMMIT" "$BACKEND" "$SOURCE_ID" "$COMPILER_ID" > "$PREFIX/build-info.txt"
+    printf 'commit=%s\nbackend=%s\nsource=%s\ncompiler=%s\npatches=%s\n' "$LLAMA_COMMIT" "$BACKEND" "$SOURCE_ID" \
+        "$COMPILER_ID" "$PATCH_NAMES" > "$PREFIX/build-info.txt"
     rm -rf "$BUILD_DIR"
     echo "$KEY" > "$PREFIX/.complete"
 else
