@@ -331,9 +331,10 @@ def plot_command(bench_json, plot_out, peers_path):
                                            "and measure it again.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def calibrate(config, reset, as_json):
-    """Show the target's pass-cost table (what a verification pass costs by size), measuring it when needed."""
+    """Show the target's pass-cost table (what a verification pass costs by size), measuring it when needed, and
+    the kernels its weights run on."""
     from specframe.engine import Engine
-    from specframe.llama import tiled_matmul_on
+    from specframe.llama import amx_built, cpu_has_amx, describe_kernels, tiled_matmul_on
 
     with Engine(config) as engine:
         cost = engine.calibrate(reset=reset)
@@ -343,7 +344,9 @@ def calibrate(config, reset, as_json):
                                    "other_load": cost.other_load, "stored": cost.storable,
                                    "tiled_matmul": tiled_matmul_on(), "depth": cost.depth,
                                    "per_position": cost.per_position,
-                                   "seconds": {str(n): s for n, s in table.items()}}, indent=2))
+                                   "seconds": {str(n): s for n, s in table.items()},
+                                   "weight_buffers": engine.model.weight_buffers, "amx_built": amx_built(),
+                                   "cpu_has_amx": cpu_has_amx()}, indent=2))
             return
     import datetime
 
@@ -355,6 +358,7 @@ def calibrate(config, reset, as_json):
                + (f"stored in {engine.pass_cost_store.path}" if cost.storable else "not stored"))
     click.echo(f"at depth {cost.depth}; each token of a pass adds {cost.per_position * 1e6:.2f} ms per 1000 "
                "positions deeper")
+    click.echo(f"kernels: {describe_kernels(engine.model.weight_buffers)}")
     click.echo("tokens     ms   x single pass   ms per token")
     for n, seconds in table.items():
         click.echo(f"{n:6d} {seconds * 1e3:6.1f}   {seconds / table[1]:13.2f}   {seconds * 1e3 / n:12.1f}")

@@ -283,6 +283,7 @@ def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_c
     table = json.loads(first.stdout)
     assert set(table["seconds"]) >= {str(n) for n in range(1, 18)} and table["stored"]
     assert table["depth"] == 0 and table["per_position"] >= 0.0      # what depth adds, timed 256 positions on
+    assert sum(table["weight_buffers"].values()) > 0 and table["amx_built"] in (True, False)
     again = json.loads(run("calibrate", "--config", str(config), "--json").stdout)
     assert again["measured_at"] == table["measured_at"]          # stored: not measured again
     from specframe.drafting.catch_up import ModelRateStore, catch_up_folder
@@ -295,6 +296,8 @@ def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_c
     shown = run("calibrate", "--config", str(config))
     assert "x single pass" in shown.stdout and "\n    17 " in shown.stdout
     assert "at depth 0; each token of a pass adds" in shown.stdout
+    kernels = next(line for line in shown.stdout.splitlines() if line.startswith("kernels: weights in "))
+    assert all(f" {name} " in kernels for name in table["weight_buffers"])     # the same buffers as the JSON's
 
 
 def test_bench_refuses_a_wrong_peers_report_before_it_runs(config, tmp_path, monkeypatch):
