@@ -319,16 +319,17 @@ def test_the_pass_cost_table_is_kept_per_setting(models):
 
 # --- where the keys are shown ----------------------------------------------------------------------------------
 
-def test_every_setting_is_listed_by_plugins_and_in_the_readme():
+def test_every_setting_is_listed_by_plugins_and_in_the_reference():
     from click.testing import CliRunner
 
     from specframe.cli import main
 
     shown = CliRunner().invoke(main, ["plugins"]).stdout
-    section = re.split(r"\n#{2,3} ", REPO.joinpath("README.md").read_text().split("### Configuration\n", 1)[1])[0]
+    section = re.split(r"\n#{2,3} ", REPO.joinpath("docs", "reference.md").read_text().split("## Configuration\n",
+                                                                                               1)[1])[0]
     for f in dataclasses.fields(ModelSettings):
         assert re.search(rf"^    {f.name}: .*, default: the target's - ", shown, re.M), f.name
-        assert re.search(rf"\b{f.name}\b", section), f"README's configuration section lacks {f.name}"
+        assert re.search(rf"\b{f.name}\b", section), f"docs/reference.md's configuration section lacks {f.name}"
 
 
 @pytest.mark.parametrize("example", sorted(REPO.glob("examples/*.toml")), ids=lambda p: p.name)

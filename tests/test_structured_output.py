@@ -19,7 +19,7 @@ from specframe.testing.lossless import compare
 
 pytestmark = pytest.mark.real_model
 REPO = pathlib.Path(__file__).resolve().parent.parent
-README = (REPO / "README.md").read_text()
+GUIDE = (REPO / "docs" / "structured-output.md").read_text()
 
 PARAGRAPH = ("Ada Lovelace (1815-1852) was an English mathematician and writer, chiefly known for her work on "
              "Charles Babbage's proposed Analytical Engine. She was the first to recognise that the machine had "
@@ -156,9 +156,8 @@ def test_an_unknown_field_is_refused_by_the_real_server(server):
     assert caught.value.param == "mirostat"
 
 
-def test_the_readme_s_examples_run_as_written(server, capsys):
-    section = README.split("## Structured output and tools")[1].split("\n## ")[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+def test_the_guide_s_examples_run_as_written(server, capsys):
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE, re.S)
     assert len(blocks) == 2
     for block in blocks:
         exec(block.replace("http://127.0.0.1:8080/v1", server.url + "/v1"), {})
