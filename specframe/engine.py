@@ -35,6 +35,7 @@ from specframe.models import resolve_model
 from specframe.overrides import Layer
 from specframe.params import forced
 from specframe.prefix import reusable_chunks
+from specframe.provenance import Span
 from specframe.results import Generation, GenerationResult, RequestStats
 from specframe.sampling import ACCEPTANCE_MODES, SAMPLING_KEYS, TokenSampler, log_probabilities, verify
 from specframe.sequence import EditorLimits, Sequence
@@ -278,11 +279,11 @@ class Engine:
         self._kept[sequence.seq] = sequence.history[:kept].copy()
         return sequence.finish(reason)
 
-    def _run(self, generation: Generation, sequence: Sequence) -> Generator[str, None, None]:
+    def _run(self, generation: Generation, sequence: Sequence) -> Generator[Span, None, None]:
         try:   # an interrupt during the prompt ends the request like one during generation
             while sequence.stop_reason is None:
                 self.step([sequence])
-                yield from sequence.take_text()
+                yield from sequence.take_spans()
         except (KeyboardInterrupt, GeneratorExit):
             sequence.stop_reason = sequence.stop_reason or "interrupted"
         except ContextFullError:
@@ -293,7 +294,7 @@ class Engine:
                 log.warning("the context is full (n_ctx=%d): generation stopped; raise [target] n_ctx",
                             self.context.n_ctx)
         if sequence.stop_reason != "interrupted":
-            yield from sequence.take_text()    # what the end released
+            yield from sequence.take_spans()    # what the end released
 
     # --- one step --------------------------------------------------------------------------------------------
 
@@ -396,11 +397,13 @@ class Engine:
             stats.n_drafts += 1
             stats.n_drafted += len(draft)
             stats.n_accepted += n_accepted
+        drafter = None
         if s.chain is not None:
             hearing = time.perf_counter()
+            drafter = s.chain.drafter      # whose draft this was: accept() forgets it
             s.chain.accept(n_accepted, emitted)
             stats.chain_seconds += time.perf_counter() - hearing
-        kept = s.commit(emitted)
+        kept = s.commit(emitted, n_accepted, drafter)
         if s.logprobs is not None:
             s.logprob_entries += log_probabilities(logits[:kept], emitted[:kept], s.logprobs)
         return kept

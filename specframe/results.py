@@ -7,6 +7,8 @@ from typing import Callable, Generator, Iterator
 
 import numpy as np
 
+from specframe.provenance import Span
+
 
 @dataclass
 class RequestStats:
@@ -69,6 +71,7 @@ class GenerationResult:
     passes: list | None = None
     logprobs: list | None = None       # sampling.TokenLogprob of each generated token, when they were asked for
     stop_word: str = ""                # the stop string that ended it (stop_reason "stop")
+    spans: list[Span] = field(default_factory=list)   # the text by the drafter that wrote it (provenance.py)
 
     def as_dict(self) -> dict:
         data = {"text": self.text, "tokens": self.tokens, "n_prompt_tokens": self.n_prompt_tokens,
@@ -79,13 +82,17 @@ class GenerationResult:
 
 
 class Generation:
-    """A request in progress: iterating yields text as it is accepted; ``result`` is set once it ends."""
+    """A request in progress: iterating yields text as it is accepted, ``spans()`` the same text as spans by the
+    drafter that wrote it; ``result`` is set once it ends."""
 
-    def __init__(self, run: Callable[["Generation"], Generator[str, None, None]]):
+    def __init__(self, run: Callable[["Generation"], Generator[Span, None, None]]):
         self.result: GenerationResult | None = None
         self._steps = run(self)
 
     def __iter__(self) -> Iterator[str]:
+        return (span.text for span in self._steps if span.text)
+
+    def spans(self) -> Iterator[Span]:
         return self._steps
 
     def interrupt(self) -> GenerationResult:

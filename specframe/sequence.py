@@ -16,6 +16,7 @@ import numpy as np
 from specframe.drafting import DrafterChain, DrafterStats
 from specframe.grammar import Constraint
 from specframe.llama import Vocab
+from specframe.provenance import Provenance, Span, merged
 from specframe.results import GenerationResult, RequestStats
 from specframe.sampling import TokenLogprob, TokenSampler
 from specframe.text import TextStream
@@ -65,8 +66,7 @@ class Sequence:
         self.stop_reason: str | None = None
         self.result: GenerationResult | None = None
         self._text = TextStream(stops, self.limits.n_indent)
-        self._pieces: list[str] = []
-        self._new_pieces: list[str] = []
+        self._provenance = Provenance()
         self._started = time.perf_counter()
         self._generation_start: float | None = None
         self._set_up_before = 0.0         # seconds of setting up (below) before generation started
@@ -125,24 +125,22 @@ class Sequence:
 
     # --- a verified step -------------------------------------------------------------------------------------
 
-    def commit(self, emitted: list[int]) -> int:
+    def commit(self, emitted: list[int], n_drafted: int = 0, drafter: str | None = None) -> int:
         """Append what the target emitted after a pass, stopping at an end of generation, a stop string or
-        max_tokens; return how many of the tokens were kept."""
+        max_tokens; return how many of the tokens were kept. The first ``n_drafted`` were ``drafter``'s draft."""
         self.n_past += len(emitted)   # the accepted drafts and the last token; the new last token is not in KV
         kept = 0
         for token in emitted:
             if self._vocab.is_eog(token):
                 self.stop_reason = "eog"
                 break
+            source = drafter if kept < n_drafted else None
             self._history[self.n_history] = token
             self.n_history += 1
             self.generated.append(token)
             kept += 1
             data = self._vocab.piece(token)
-            piece = self._text.push(data)
-            if piece:
-                self._pieces.append(piece)
-                self._new_pieces.append(piece)
+            self._provenance.add(self._text.push(data), source)
             if self._text.stopped:
                 self.stop_reason = "limit" if self._text.underindented else "stop"
             elif len(self.generated) >= self.max_tokens:
@@ -151,12 +149,13 @@ class Sequence:
                 self.stop_reason = "limit"
             if self.stop_reason:
                 break
+        if kept < n_drafted:
+            self._provenance.unwritten(drafter, n_drafted - kept)
         return kept
 
-    def take_text(self) -> list[str]:
-        """The text accepted since the last call."""
-        pieces, self._new_pieces = self._new_pieces, []
-        return pieces
+    def take_spans(self) -> list[Span]:
+        """The text accepted since the last call, as spans by drafter (provenance.py)."""
+        return self._provenance.take()
 
     def piece(self, token: int) -> bytes:
         """A token's bytes in the output (special tokens spelt out)."""
@@ -186,14 +185,12 @@ class Sequence:
         stats.preparing_seconds = self._preparing()
         if self.chain is not None:
             stats.drafters = self.chain.stats()
-        tail = self._text.finish()
-        self._pieces.append(tail)
-        if tail and self.stop_reason not in ("interrupted", "cancelled"):
-            self._new_pieces.append(tail)
-        trace = self.trace
-        self.result = GenerationResult("".join(self._pieces), self.generated, int(self.prompt.size),
+        provenance = self._provenance
+        provenance.end(self._text.finish(), streamed=self.stop_reason not in ("interrupted", "cancelled"))
+        trace, spans = self.trace, merged(provenance.spans)
+        self.result = GenerationResult("".join(span.text for span in spans), self.generated, int(self.prompt.size),
                                        self.stop_reason, stats, trace.margins if trace else None, self.prompt,
                                        trace.passes if trace else None,
                                        self.logprob_entries if self.logprobs is not None else None,
-                                       self._text.stop_word)
+                                       self._text.stop_word, spans)
         return self.result

@@ -236,6 +236,11 @@ class DrafterChain:
         chosen.entry.stats.drafted_tokens += len(chosen.draft)
         return chosen.draft
 
+    @property
+    def drafter(self) -> str | None:
+        """The name of the drafter whose draft this step verifies, until ``accept`` (None: no draft)."""
+        return self._chosen.entry.label if self._chosen is not None else None
+
     def step_drafts(self) -> dict[str, np.ndarray]:
         """The drafts this step's drafters made, by drafter, as they made them (uncut): what an observer compares
         the chosen draft with, until ``accept``."""

@@ -111,9 +111,11 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
     @app.post("/v1/chat/completions", dependencies=keyed)
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         options, tools = body.options(), body.tool_request()
-        job = Job([m.as_template_input() for m in body.messages], None, options, asyncio.get_running_loop(), tools)
+        job = Job([m.as_template_input() for m in body.messages], None, options, asyncio.get_running_loop(), tools,
+                  spans=body.spans)
         shape = Answer(True, model_name, logprobs=options["logprobs"] is not None,
-                       tool_names=tuple(f["name"] for f in tools.functions) if tools is not None else ())
+                       tool_names=tuple(f["name"] for f in tools.functions) if tools is not None else (),
+                       spans=body.spans)
         return await answer(job, shape, body.stream, body.include_usage, request)
 
     @app.post("/v1/completions", dependencies=keyed)
@@ -121,8 +123,8 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
         if isinstance(body.prompt, list) and len(body.prompt) != 1:
             return error(400, "prompt: only one prompt per request is served", "prompt", "invalid_value")
         options = body.options()
-        job = Job(None, body.text, options, asyncio.get_running_loop())
-        shape = Answer(False, model_name, logprobs=options["logprobs"] is not None)
+        job = Job(None, body.text, options, asyncio.get_running_loop(), spans=body.spans)
+        shape = Answer(False, model_name, logprobs=options["logprobs"] is not None, spans=body.spans)
         return await answer(job, shape, body.stream, body.include_usage, request)
 
     @app.post("/completion", dependencies=keyed)
@@ -305,7 +307,7 @@ async def sse(job: Job, shape: Answer, include_usage: bool) -> AsyncIterator[str
         event = await job.events.get()
         if isinstance(event, Text):
             if calls is None:
-                yield _event(shape.text_chunk(event.text, event.logprobs, event.pieces.__getitem__))
+                yield _event(shape.text_chunk(event.text, event.logprobs, event.pieces.__getitem__, event.spans))
                 continue
             for part in calls.feed(event.text):
                 yield _event(shape.call_chunk(part) if isinstance(part, ToolCall) else shape.text_chunk(part))

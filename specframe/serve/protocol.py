@@ -4,8 +4,9 @@ Sampling fields are OpenAI's and llama-server's (``top_k``, ``min_p``, ``repeat_
 [sampling]'s meanings and bounds; so are the output's constraints (``response_format``, ``tools``, llama-server's
 ``grammar`` and ``json_schema``) and log-probabilities (``logprobs``, ``top_logprobs``, ``n_probs``). Every field
 is declared and typed strictly: one specframe does not know, or a value of the wrong type, is a 400 that names it.
-Responses carry llama-server's ``timings`` and specframe's per-drafter counters (``drafters``) beside OpenAI's
-fields.
+Responses carry llama-server's ``timings`` and specframe's per-drafter counters (``drafters``) and target passes
+beside OpenAI's fields; with ``"specframe": {"spans": true}`` each choice (each chunk's, streaming) carries the
+spans of its text by the drafter that wrote it (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from specframe.errors import SpecframeError
 from specframe.grammar import GRAMMAR_KEYS, GrammarError, GrammarSpec
 from specframe.params import INT32_MAX
+from specframe.provenance import Span
 from specframe.results import GenerationResult
 from specframe.sampling import SAMPLING_KEYS, TokenLogprob
 from specframe.tool_calls import ToolCall, split_tool_calls
@@ -41,6 +43,12 @@ class _Strict(BaseModel):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+
+
+class SpecframeOptions(_Strict):
+    """specframe's own request fields, apart from OpenAI's."""
+
+    spans: bool = False     # each choice carries its text's spans by drafter (provenance.py)
 
 
 class TextPart(_Strict):
@@ -145,6 +153,11 @@ class _Request(_Strict):
     grammar: str | None = None                    # llama-server's: GBNF
     json_schema: dict | None = None               # llama-server's: a schema the output must match
     n_probs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)   # llama-server's: alternatives per token
+    specframe: SpecframeOptions | None = None
+
+    @property
+    def spans(self) -> bool:
+        return self.specframe is not None and self.specframe.spans
 
     @property
     def stops(self) -> list[str] | None:
@@ -221,6 +234,8 @@ class ChatCompletionRequest(_Request):
             return None
         if any(spec is not None for spec in self._grammars().values()):
             raise FieldError("tools", "cannot be combined with response_format, grammar or json_schema")
+        if self.spans:
+            raise FieldError("specframe.spans", "cannot be combined with tools (calls are taken out of the text)")
         functions = [tool.function for tool in self.tools]
         names = [f.name for f in functions]
         if len(set(names)) != len(names):
@@ -281,12 +296,13 @@ class Answer:
 
 
     def __init__(self, chat: bool, model: str, markers: tuple[str, str] | None = None,
-                 logprobs: bool = False, tool_names: tuple[str, ...] = ()):
+                 logprobs: bool = False, tool_names: tuple[str, ...] = (), spans: bool = False):
         self.chat = chat
         self.model = model
         self.markers = markers
         self.tool_names = tool_names      # the functions offered: an answer that is a bare call to one is a call
         self.logprobs = logprobs
+        self.spans = spans                # each choice carries its text's spans
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
@@ -312,6 +328,7 @@ class Answer:
         else:
             choice["text"] = result.text
         choice["finish_reason"] = finish_reason
+        self._add_spans(choice, result.spans)
         return self._head(False) | {"choices": [choice], "usage": usage(result)} | statistics(result)
 
     def first_chunk(self) -> dict:
@@ -319,12 +336,18 @@ class Answer:
         return self._chunk({"role": "assistant", "content": ""}, None)
 
     def text_chunk(self, text: str, logprobs: list[TokenLogprob] | None = None,
-                   piece: Callable[[int], bytes] | None = None) -> dict:
+                   piece: Callable[[int], bytes] | None = None, spans: list[Span] | None = None) -> dict:
         chunk = self._chunk({"content": text} if self.chat else text, None)
         if logprobs and piece is not None:
             chunk["choices"][0]["logprobs"] = self._logprobs(logprobs, piece)
+        if spans is not None:
+            self._add_spans(chunk["choices"][0], spans)
         self._offset += len(text)
         return chunk
+
+    def _add_spans(self, choice: dict, spans: list[Span]) -> None:
+        if self.spans:
+            choice["specframe"] = {"spans": [span.as_dict() for span in spans]}
 
     def call_chunk(self, call: ToolCall) -> dict:
         """A whole tool call as one delta, which the OpenAI clients assemble as the non-streamed call."""
@@ -374,7 +397,7 @@ def usage(result: GenerationResult) -> dict:
 
 
 def statistics(result: GenerationResult) -> dict:
-    """llama-server's ``timings`` and specframe's per-drafter counters."""
+    """llama-server's ``timings``, specframe's per-drafter counters and the target's passes (after the prompt's)."""
     s = result.stats
     evaluated = s.n_prompt_tokens - s.n_cached_tokens
     prompt_ms, predicted_ms = 1e3 * s.prompt_seconds, 1e3 * s.generation_seconds
@@ -391,4 +414,4 @@ def statistics(result: GenerationResult) -> dict:
         "draft_n": s.n_drafted,
         "draft_n_accepted": s.n_accepted,
     }
-    return {"timings": timings, "drafters": s.drafters}
+    return {"timings": timings, "drafters": s.drafters, "target_passes": s.n_target_passes}

@@ -29,6 +29,7 @@ from specframe.config import Config
 from specframe.engine import Engine
 from specframe.errors import ParamError, SpecframeError
 from specframe.infill import ExtraChunk, infill_prompt
+from specframe.provenance import Span
 from specframe.results import GenerationResult
 from specframe.sampling import SAMPLING_KEYS, TokenLogprob
 from specframe.sequence import Sequence
@@ -67,6 +68,7 @@ class Rejected:
 @dataclass(frozen=True)
 class Text:
     text: str
+    spans: list[Span] = field(default_factory=list)             # the text by the drafter that wrote it
     logprobs: list[TokenLogprob] = field(default_factory=list)   # of the tokens behind it, when asked for
     pieces: dict[int, bytes] = field(default_factory=dict)      # the bytes of the tokens those entries name
     tokens: list[int] = field(default_factory=list)             # the tokens generated since the last Text
@@ -96,6 +98,7 @@ class Job:
     slot: int | None = None                    # the slot it must run in (llama-server's id_slot), else any
     cache_prompt: bool = True                  # keep what the slot's memory holds of the prompt
     native: bool = False                       # llama-server's own API: Accepted spells the prompt out
+    spans: bool = False                        # the client reads spans: those of no text are sent too
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     arrived: float = field(default_factory=time.perf_counter)
     first_text: float | None = None
@@ -354,13 +357,14 @@ class Scheduler:
                 self._end(engine, slot)
 
     def _send_text(self, job: Job, sequence: Sequence) -> None:
-        text = "".join(sequence.take_text())
+        spans = sequence.take_spans()
+        text = "".join(span.text for span in spans)
         logprobs = sequence.take_logprobs()
         tokens = sequence.generated[job.tokens_sent:]
-        if text or logprobs:
+        if text or logprobs or (spans and job.spans):
             job.tokens_sent = len(sequence.generated)
             job.first_text = job.first_text or time.perf_counter()
-            job.send(Text(text, logprobs, _pieces(sequence, logprobs), tokens, sequence.seq))
+            job.send(Text(text, spans, logprobs, _pieces(sequence, logprobs), tokens, sequence.seq))
 
     def _end(self, engine: Engine, slot: int, reason: str | None = None) -> None:
         job, sequence = self._active.pop(slot)
