@@ -29,6 +29,7 @@ from specframe.errors import ModelError, SpecframeError, printable
 from specframe.files import read_text
 from specframe.interruption import Interrupted, SignalHandling
 from specframe.results import GenerationResult
+from specframe.tint import Tint
 
 PROMPT = "> "
 COMMANDS = "/exit, /clear (forget the conversation), /regen (answer again), /read FILE (goes with the next message)"
@@ -63,9 +64,12 @@ def _applies(engine: Engine) -> bool:
 class Chat:
     """One conversation on the engine's first slot, read from standard input a line at a time."""
 
-    def __init__(self, engine: Engine, signals: SignalHandling, system: str = "", **options):
-        """``options``: the engine's request options for every answer (max_tokens, temperature, seed, speculative)."""
+    def __init__(self, engine: Engine, signals: SignalHandling, system: str = "", tint: Tint | None = None,
+                 **options):
+        """``tint`` colours each answer's drafted text by drafter (None: plain); ``options``: the engine's request
+        options for every answer (max_tokens, temperature, seed, speculative)."""
         self.engine = engine
+        self.tint = tint
         self.signals = signals
         self.system = system
         self.options = options
@@ -146,9 +150,10 @@ class Chat:
         previous = signal.signal(signal.SIGINT, stopper)
         try:
             try:
-                for piece in generation:
-                    printed.append(piece)
-                    click.echo(piece, nl=False)
+                for span in generation.spans():
+                    printed.append(span.text)
+                    click.echo(self.tint.paint(span) if self.tint else span.text, nl=False,
+                               color=True if self.tint else None)
             except KeyboardInterrupt:   # raised here, not inside the engine's step (which ends the request itself)
                 pass
             finally:
@@ -157,6 +162,8 @@ class Chat:
             self.turns.append(("assistant", "".join(printed)))
             click.echo()
             _note(summary(result))
+            if self.tint:
+                click.echo(self.tint.legend(result.spans), err=True, color=True)
         finally:
             signal.signal(signal.SIGINT, previous)
         if self.signals.received == signal.SIGTERM:

@@ -167,6 +167,21 @@ class _OutputFile(click.ParamType):
         return value
 
 
+_COLOR_OPTION = click.option(
+    "--color", type=click.Choice(["auto", "always", "never"]), is_flag=False, flag_value="auto", default="never",
+    help="Tint each accepted drafted token by its drafter, with a legend on stderr: auto (--color alone) on a "
+         "terminal, always, or never (the default).")
+
+
+def _tint(mode: str, config, speculative: bool):
+    """The tint of the text for --color ``mode`` (tint.py), or None: plain text (nothing drafted, or colour off)."""
+    from specframe.tint import Tint, wanted
+
+    if not (speculative and config.speculative.enabled and config.drafters and wanted(mode, sys.stdout)):
+        return None
+    return Tint(d.name for d in config.ordered_drafters())
+
+
 _PEERS_OPTION = click.option(
     "--peers", "peers_path", type=click.Path(dir_okay=False), metavar="RESULTS_JSON",
     help="Mark llama.cpp's best native speculation per workload from a peers report "
@@ -191,8 +206,9 @@ def main(verbose: bool) -> None:
 @click.option("--no-spec", is_flag=True, help="Decode plainly with the same target (the baseline).")
 @click.option("--raw", is_flag=True, help="Send the prompt as it is, without the model's chat template.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, tokens, stats) at the end.")
+@_COLOR_OPTION
 @click.pass_obj
-def run(signals, config, prompt, prompt_file, no_spec, raw, as_json):
+def run(signals, config, prompt, prompt_file, no_spec, raw, as_json, color):
     """Generate an answer: text on stdout, statistics on stderr."""
     from specframe.engine import Engine
     from specframe.stats_text import format_stats
@@ -203,12 +219,13 @@ def run(signals, config, prompt, prompt_file, no_spec, raw, as_json):
     engine = Engine(config)
     try:
         generation = engine.stream(text, speculative=not no_spec, raw=raw)
+        tint = None if as_json else _tint(color, config, speculative=not no_spec)
         printed = []
         try:
-            for piece in generation:
-                if not as_json:
-                    printed.append(piece)
-                    click.echo(piece, nl=False)
+            for span in generation.spans():
+                if not as_json and span.text:
+                    printed.append(span.text)
+                    click.echo(tint.paint(span) if tint else span.text, nl=False, color=True if tint else None)
             result = generation.result
         except KeyboardInterrupt:
             result = generation.interrupt()
@@ -218,6 +235,8 @@ def run(signals, config, prompt, prompt_file, no_spec, raw, as_json):
         else:
             click.echo(result.text[len("".join(printed)):])
             click.echo(format_stats(result, speculative=not no_spec), err=True)
+            if tint:
+                click.echo(tint.legend(result.spans), err=True, color=True)
     finally:
         with signals.held():   # what drafters learned is saved whole, whatever arrives meanwhile
             engine.close()
@@ -229,8 +248,9 @@ def run(signals, config, prompt, prompt_file, no_spec, raw, as_json):
 @_config_options(_GENERATION_FLAGS)
 @click.option("--system", help="System prompt (default: the config's [generation] system).")
 @click.option("--no-spec", is_flag=True, help="Decode plainly with the same target.")
+@_COLOR_OPTION
 @click.pass_obj
-def chat(signals, config, system, no_spec):
+def chat(signals, config, system, no_spec, color):
     """Talk with the model, keeping its memory of the conversation from turn to turn.
 
     Commands: /exit, /clear (forget the conversation), /regen (answer the last message again), /read FILE (the
@@ -242,7 +262,7 @@ def chat(signals, config, system, no_spec):
     engine = Engine(config)
     try:
         Chat(engine, signals, config.generation.system if system is None else system,
-             speculative=not no_spec).run()
+             tint=_tint(color, config, speculative=not no_spec), speculative=not no_spec).run()
     finally:
         with signals.held():   # what drafters learned is saved whole, whatever arrives meanwhile
             engine.close()

@@ -53,10 +53,11 @@ def config(write_config, target_path):
         {COPYING_DRAFTERS}""")
 
 
-def chat(config, *options, slow: bool = False) -> pexpect.spawn:
+def chat(config, *options, slow: bool = False, term: str = "dumb") -> pexpect.spawn:
     program = ["-c", SLOW] if slow else ["-m", "specframe.cli"]
+    environment = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"TERM": term}
     child = pexpect.spawn(sys.executable, [*program, "chat", "--config", str(config), *options],
-                          env=dict(os.environ, TERM="dumb"), encoding="utf-8", codec_errors="replace",
+                          env=environment, encoding="utf-8", codec_errors="replace",
                           timeout=120, dimensions=(40, 400))
     child.expect_exact("Commands:")
     prompt(child)
@@ -82,6 +83,30 @@ def ended(child) -> int:
     child.expect(pexpect.EOF)
     child.close()
     return child.exitstatus
+
+
+LEGEND = re.compile(r"drafted and accepted, by drafter: (.*); the target's own tokens \(plain\): (\d+)")
+TINTED = re.compile(r"\x1b\[(3\d|9\d)m(.*?)\x1b\[0m", re.S)   # a drafter's colour (tint.py), not the notes' dim
+
+
+def test_color_tints_each_answer_s_drafted_text_with_a_legend_after_it(config):
+    child = chat(config, "--color", term="xterm")
+    first, _ = turn(child, "hello there, how are you")
+    child.sendline("/regen")                                  # ngram-mod's pool holds the answer: it drafts it
+    child.expect(STATS)
+    answer = child.before.split("\n", 1)[1]
+    child.expect(LEGEND)                                      # after the statistics
+    counts, own = child.match.group(1), int(child.match.group(2))
+    prompt(child)
+    tinted = TINTED.findall(answer)
+    accepted = {re.sub(r"\x1b\[\d+m", "", part).rsplit(" ", 1)[0]: int(part.rsplit(" ", 1)[1])
+                for part in counts.split(", ")}
+    assert tinted and set(accepted) == {"prompt-lookup", "ngram-mod"} and accepted["ngram-mod"] > 0
+    assert sum(accepted.values()) + own == 40                # every token of the answer, drafted or the target's
+    untinted = [TINTED.sub(r"\2", text).split("\x1b[2m")[0].strip() for text in (answer, first)]
+    assert untinted[0] == untinted[1]                         # the same answer again, tinted where drafted
+    child.sendline("/exit")
+    assert ended(child) == 0
 
 
 def test_turns_reuse_the_memory_and_commands_work(config, tmp_path):

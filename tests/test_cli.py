@@ -1,12 +1,18 @@
 """The command line on the synthetic model: run (text, --json, --no-spec), plugins, models, one-line errors."""
 
+import io
 import json
+import os
+import re
+import subprocess
 import sys
 
+import pexpect
 import pytest
 from click.testing import CliRunner
 
 from specframe.cli import main
+from specframe.tint import wanted
 
 
 @pytest.fixture
@@ -311,3 +317,72 @@ def test_bench_refuses_a_wrong_peers_report_before_it_runs(config, tmp_path, mon
     result = CliRunner().invoke(main, ["bench", "--config", str(config), "--peers", str(wrong)])
     assert result.exit_code == 2 and "--peers goes with --plot" in result.output
     assert not loaded
+
+
+REPEATING = "the quick brown fox jumps over the lazy dog. the quick brown"   # prompt lookup copies from it
+ESCAPE = re.compile(r"\x1b\[(\d+)m(.*?)\x1b\[0m", re.S)
+
+
+def spawned_run(config, *options, env=None):
+    """specframe run in a pseudo-terminal: what it writes to the terminal (stdout and stderr)."""
+    child = pexpect.spawn(sys.executable, ["-m", "specframe.cli", "run", "--config", str(config), "-p", REPEATING,
+                                           "--raw", "-n", "48", *options],
+                          env=env or terminal_environment(), encoding="utf-8", timeout=120, dimensions=(40, 400))
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    return child.before
+
+
+def terminal_environment(**more) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    return env | {"TERM": "xterm"} | more
+
+
+def test_run_color_tints_drafted_text_on_a_terminal_and_not_in_a_pipe(config):
+    shown = spawned_run(config, "--color")
+    tinted = ESCAPE.findall(shown)
+    assert tinted and "drafted and accepted, by drafter: " in shown
+    text = shown[:shown.index("prompt: ")]
+    plain = subprocess.run([sys.executable, "-m", "specframe.cli", "run", "--config", str(config), "-p", REPEATING,
+                            "--raw", "-n", "48", "--color"], capture_output=True, text=True, env=terminal_environment())
+    assert plain.returncode == 0 and "\x1b[" not in plain.stdout + plain.stderr
+    assert ESCAPE.sub(r"\2", text).replace("\r\n", "\n").strip() == plain.stdout.strip()   # the same text, tinted
+    assert "\x1b[" not in spawned_run(config)                                       # off unless asked for
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("mode,stream,environment,tinted", [
+    ("auto", Terminal(), {"TERM": "xterm"}, True),
+    ("auto", io.StringIO(), {"TERM": "xterm"}, False),               # a pipe or a file
+    ("auto", Terminal(), {"TERM": "xterm", "NO_COLOR": "1"}, False),  # no-color.org
+    ("auto", Terminal(), {"TERM": "dumb"}, False),
+    ("always", io.StringIO(), {"TERM": "dumb", "NO_COLOR": "1"}, True),
+    ("never", Terminal(), {"TERM": "xterm"}, False),
+])
+def test_color_modes(mode, stream, environment, tinted, monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert wanted(mode, stream) == tinted
+
+
+def test_run_color_always_tints_each_drafter_s_accepted_tokens_as_the_legend_counts(config):
+    result = run("run", "--config", str(config), "-p", REPEATING, "--raw", "-n", "48", "--color", "always")
+    plain = run("run", "--config", str(config), "-p", REPEATING, "--raw", "-n", "48")
+    assert result.exit_code == plain.exit_code == 0
+    assert ESCAPE.sub(r"\2", result.stdout) == plain.stdout and "\x1b[" not in plain.stdout
+    legend = re.search(r"drafted and accepted, by drafter: (.*); the target's own tokens \(plain\): (\d+)",
+                       result.stderr)
+    counts = {ESCAPE.sub(r"\2", part).rsplit(" ", 1)[0]: int(part.rsplit(" ", 1)[1])
+              for part in legend[1].split(", ")}
+    lines = result.stderr.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("drafter "))
+    accepted = {line.split()[0]: int(line.split()[6]) for line in lines[header + 1:header + 3]}
+    assert counts == accepted and sum(counts.values()) > 0      # what the statistics say each drafter wrote
+    colours = {code for code, _ in ESCAPE.findall(result.stdout)}
+    assert 1 <= len(colours) <= sum(1 for n in counts.values() if n)   # a colour of its own per drafter
