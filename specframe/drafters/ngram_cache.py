@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from specframe.drafting import NO_DRAFT, Draft, Drafter
 from specframe.drafting.incremental import IncrementalDrafter
 from specframe.errors import ParamError
-from specframe.files import file_problem, output_problem
+from specframe.files import file_problem
 from specframe.hookspecs import hookimpl
 from specframe.ngram_counts import NGRAM_MAX, NgramCache
 from specframe.params import MAX_DRAFT_TOKENS, param
+from specframe.state_files import check_state_param
 
 STATIC_SIZE = 2
 LAX = ((2, 2, 1, 1), (66, 50, 50, 50))       # (min observations, min share %) for 1..4-grams
@@ -101,14 +102,7 @@ class NgramCacheDrafter(IncrementalDrafter):
 
         if params.static and (problem := file_problem(located(params.static))):
             raise ParamError("static", f"{params.static!r}: {problem}")
-        if params.save_dynamic and not params.dynamic:
-            raise ParamError("save_dynamic", "needs a dynamic file to write into; expected dynamic = \"FILE\"")
-        if params.dynamic:   # read when it exists, written with save_dynamic
-            dynamic = located(params.dynamic)
-            problem = (output_problem(dynamic) if params.save_dynamic else
-                       file_problem(dynamic) if os.path.lexists(dynamic) else None)
-            if problem:
-                raise ParamError("dynamic", f"{params.dynamic!r}: {problem}")
+        check_state_param(config_dir, params.dynamic, params.save_dynamic, "dynamic", "save_dynamic")
 
     def _fold_context(self) -> None:
         """What the last request saw joins the dynamic cache (and what is to be saved)."""
