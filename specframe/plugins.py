@@ -40,6 +40,7 @@ BUILTIN_PLUGINS = (
     "specframe.drafters.ngram_map",
     "specframe.drafters.ngram_mod",
     "specframe.drafters.ngram_cache",
+    "specframe.drafters.suffix",
     "specframe.drafters.draft_model",
     "specframe.drafters.grammar",
 )

@@ -70,7 +70,7 @@ BAD = [
     ('[target]\nmodel = "{t}"\n[tagret]\nx = 1\n', "tagret: unknown section; expected one of"),
     ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "eagle"\n',
      "drafter[0].type: unknown drafter type 'eagle'; known types: copy-cursor, draft-model, grammar, ngram-cache, "
-     "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-simple, prompt-lookup"),
+     "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-simple, prompt-lookup, suffix"),
     ('[target]\nmodel = "{t}"\n[[drafter]]\nn = 3\n', "drafter[0].type: missing; expected one of"),
     ('[target]\nmodel = "{t}"\n[[drafter]]\ntype = "ngram-simple"\nn = 0\n',
      "drafter[0] (type 'ngram-simple').n: expected an integer in [1, 256], got 0"),

@@ -11,7 +11,7 @@ from specframe import NO_DRAFT, Draft, Drafter, IncrementalDrafter, param
 from specframe.plugins import load_plugins
 from specframe.testing import assert_drafter_ok, check_drafter, fake_env
 
-LEARN_ACROSS_REQUESTS = {"ngram-mod", "ngram-cache"}   # a shared pool, a dynamic cache: on purpose
+LEARN_ACROSS_REQUESTS = {"ngram-mod", "ngram-cache", "suffix"}   # a shared pool, a dynamic cache, earlier responses
 DRAFTLESS = [t.cls for t in load_plugins().drafter_types().values() if not t.cls.uses_model]
 
 

@@ -96,7 +96,7 @@ def numeric_fields(cls):
 
 
 BUILTIN_TYPES = ["prompt-lookup", "copy-cursor", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
-                 "ngram-cache", "draft-model"]
+                 "ngram-cache", "suffix", "draft-model"]
 
 
 @pytest.mark.parametrize("type_name", BUILTIN_TYPES)
