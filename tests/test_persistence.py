@@ -1,19 +1,25 @@
 """What runs write survives: n-gram cache files shared by processes, saturating counts, failed saves, output paths
-checked before the work, and a dynamic cache that stays bounded in a long-lived engine."""
+checked before the work, a dynamic cache that stays bounded in a long-lived engine, and ngram-mod's pool saved and
+read again (suffix's global index: tests/test_suffix.py)."""
 
+import dataclasses
+import logging
 import multiprocessing
 import os
 import textwrap
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from specframe.cli import main
 from specframe.config import load_config
+from specframe.drafters.ngram_mod import NgramModDrafter, NgramModParams
 from specframe.engine import Engine
 from specframe.errors import ConfigError
 from specframe.files import atomic_output
 from specframe.ngram_counts import COUNT_MAX, NgramCache
+from specframe.testing import fake_env
 
 PROMPTS = ["one two three one two three one two", "alpha beta gamma alpha beta gamma alpha"]
 
@@ -187,6 +193,52 @@ def test_examples_write_their_caches_where_git_ignores_them():
     import subprocess
 
     root = pathlib.Path(__file__).resolve().parent.parent
-    ignored = subprocess.run(["git", "check-ignore", "examples/dynamic.ngc", "examples/corpus.ngc"], cwd=root,
-                             capture_output=True, text=True)
-    assert ignored.stdout.split() == ["examples/dynamic.ngc", "examples/corpus.ngc"]
+    written = ["examples/dynamic.ngc", "examples/corpus.ngc", "examples/suffix.state", "examples/ngram-mod.state",
+               "examples/suffix.state.corrupt"]
+    ignored = subprocess.run(["git", "check-ignore", *written], cwd=root, capture_output=True, text=True)
+    assert ignored.stdout.split() == written
+
+
+def test_ngram_mods_pool_survives_a_restart_and_one_for_other_settings_is_set_aside(tmp_path, caplog):
+    env = fake_env(1000, config_dir=tmp_path)
+    params = NgramModParams(n_match=3, n_min=1, n_max=8, pool_size=1024, state="pool.state", save_state=True)
+    first = NgramModDrafter(params, env)
+    history = np.random.default_rng(0).integers(0, 30, 400).astype(np.int32)
+    first.begin(history[:100])
+    for length in range(100, 400, 7):
+        first.draft(history[:length], 8)
+    first.save()
+    again = NgramModDrafter(dataclasses.replace(params, save_state=False), env)
+    assert np.array_equal(again.pool, first.pool) and again.used == first.used > 0
+    again.begin(history[:2])
+    assert again.draft(history[:60], 8).tokens.tolist() == first.draft(history[:60], 8).tokens.tolist() != []
+    with caplog.at_level(logging.WARNING):
+        other = NgramModDrafter(dataclasses.replace(params, pool_size=2048), env)
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 1 and "written for n_match 3 and pool_size 1024" in lines[0] and "set aside" in lines[0]
+    assert other.used == 0 and (tmp_path / "pool.state.corrupt").exists() and not (tmp_path / "pool.state").exists()
+
+
+def test_a_restarted_engine_drafts_from_ngram_mods_saved_pool(write_config, target_path):
+    path = write_config(f"""
+        [target]
+        model = "{target_path}"
+        n_ctx = 512
+        [generation]
+        max_tokens = 64
+        [speculative]
+        adaptive = false
+        [[drafter]]
+        type = "ngram-mod"
+        n_match = 4
+        n_min = 2
+        pool_size = 4096
+        state = "pool.state"
+        save_state = true
+        """)
+    with Engine.from_config(path) as engine:
+        before = engine.generate(PROMPTS[0], raw=True)
+    with Engine.from_config(path) as engine:
+        after = engine.generate(PROMPTS[0], raw=True)
+    assert after.tokens == before.tokens
+    assert after.stats.n_accepted > before.stats.n_accepted

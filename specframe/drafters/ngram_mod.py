@@ -14,10 +14,16 @@ cuts the draft to its n_max, so with a chain of 64 and n_max 16 even fully accep
 the pool is wiped every five drafts. Here the fraction is of the tokens actually drafted. And llama.cpp never adds
 what a request generated after its last chunk, so a repeated request finds the end of its answer missing; here the
 next ``begin`` adds it first.
+
+With ``state`` and ``save_state``, the pool is written to a file when the engine closes (its used slots only, so at
+most 8 bytes a slot) and read when it starts (specframe.state_files: atomic, versioned, set aside when it cannot
+be used, such as one written for another n_match or pool_size), so a restarted server remembers its sessions.
 """
 
 from __future__ import annotations
 
+import pathlib
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +34,7 @@ from specframe.errors import ParamError
 from specframe.hookspecs import hookimpl
 from specframe.params import MAX_DRAFT_TOKENS, param
 from specframe.sampling import SamplingParams
+from specframe.state_files import StateError, check_state_param, load_state, save_state
 
 _MULTIPLIER = 6364136223846793005   # llama.cpp's LCG multiplier; arithmetic modulo 2**64
 _MASK = (1 << 64) - 1
@@ -36,6 +43,9 @@ _CHUNK = 32
 _RESET_FILL = 0.25
 _LOW_ACCEPTANCE = 0.25
 _LOW_ROUNDS = 5
+STATE_MAGIC = b"SFNGMOD\0"
+STATE_VERSION = 1
+_STATE_HEADER = struct.Struct("<IIII")   # vocabulary size (0: unknown), n_match, pool_size, used slots
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,8 @@ class NgramModParams:
     n_min: int = param(48, min=0, max=MAX_DRAFT_TOKENS, help="chains shorter than this draft nothing")
     n_max: int = param(64, min=1, max=MAX_DRAFT_TOKENS, help="longest chain")
     pool_size: int = param(4 * 1024 * 1024, min=1024, max=1 << 30, help="slots in the pool (int32 each)")
+    state: str = param("", help="file of the pool, relative to the config: read when the engine starts")
+    save_state: bool = param(False, help="write the pool to the state file when the engine closes")
 
     def __post_init__(self):
         if self.n_min > self.n_max:
@@ -51,19 +63,64 @@ class NgramModParams:
 
 
 class _Pool:
-    """The next token by n-gram hash, and how many of its slots are used."""
+    """The next token by n-gram hash, and how many of its slots are used; read from and saved to its state file."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, n_match: int = 0, n_vocab: int = 0, path: pathlib.Path | None = None):
         try:
             self.tokens = np.full(size, _EMPTY, dtype=np.int32)
         except MemoryError:
             raise ParamError("pool_size", f"{size} slots need {size * 4 / 2**30:.1f} GiB, more than this machine "
                                           "can give; expected a smaller pool") from None
         self.used = 0
+        self.n_match, self.n_vocab, self.path = n_match, n_vocab, path
+        self.changed = False     # since it was read or saved
+        if path is not None:
+            stored = load_state(path, STATE_MAGIC, STATE_VERSION, self._parse, "ngram-mod's pool")
+            if stored is not None:
+                slots, tokens = stored
+                self.tokens[slots] = tokens
+                self.used = len(slots)
+
+    @classmethod
+    def of(cls, params: NgramModParams, env) -> "_Pool":
+        path = None
+        if params.state:
+            path = env.path(params.state) if env is not None else pathlib.Path(params.state)
+        return cls(params.pool_size, params.n_match, env.n_vocab if env is not None else 0, path)
 
     def reset(self) -> None:
         self.tokens.fill(_EMPTY)
         self.used = 0
+        self.changed = True
+
+    def save(self) -> None:
+        """Write the used slots to the state file, when the pool changed since it was read or last written."""
+        if self.path is None or not self.changed:
+            return
+        slots = np.flatnonzero(self.tokens != _EMPTY).astype("<u4")
+        header = _STATE_HEADER.pack(self.n_vocab, self.n_match, len(self.tokens), len(slots))
+        save_state(self.path, STATE_MAGIC, STATE_VERSION,
+                   header + slots.tobytes() + self.tokens[slots].astype("<i4").tobytes())
+        self.changed = False
+
+    def _parse(self, payload: bytes) -> tuple[np.ndarray, np.ndarray]:
+        if len(payload) < _STATE_HEADER.size:
+            raise StateError("truncated")
+        n_vocab, n_match, size, used = _STATE_HEADER.unpack_from(payload)
+        if self.n_vocab and n_vocab != self.n_vocab:
+            raise StateError(f"written for a vocabulary of {n_vocab} tokens; this target has {self.n_vocab}")
+        if (n_match, size) != (self.n_match, len(self.tokens)):
+            raise StateError(f"written for n_match {n_match} and pool_size {size}; this config has n_match "
+                             f"{self.n_match} and pool_size {len(self.tokens)}")
+        if len(payload) != _STATE_HEADER.size + 8 * used:
+            raise StateError(f"corrupt ({len(payload)} bytes for {used} slots)")
+        slots = np.frombuffer(payload, dtype="<u4", count=used, offset=_STATE_HEADER.size).astype(np.int64)
+        tokens = np.frombuffer(payload, dtype="<i4", offset=_STATE_HEADER.size + 4 * used).astype(np.int32)
+        if used and ((np.diff(slots) <= 0).any() or slots[-1] >= size):
+            raise StateError("corrupt (slots out of order or beyond the pool)")
+        if used and (tokens.min() < 0 or (self.n_vocab and tokens.max() >= self.n_vocab)):
+            raise StateError(f"corrupt (a token id outside [0, {self.n_vocab or 'n_vocab'}))")
+        return slots, tokens
 
 
 class NgramModDrafter(IncrementalDrafter):
@@ -73,7 +130,7 @@ class NgramModDrafter(IncrementalDrafter):
     def __init__(self, params: NgramModParams, env, pool: _Pool | None = None):
         """``pool``: the pool shared with the other slots' drafters (by default one of its own)."""
         super().__init__(params, env)
-        self._pool = pool or _Pool(params.pool_size)
+        self._pool = pool or _Pool.of(params, env)
         self._drafted = 0           # tokens in the last draft
         self._low_rounds = 0
         self._lead = pow(_MULTIPLIER, params.n_match - 1, 1 << 64)   # weight of a window's first token
@@ -81,8 +138,12 @@ class NgramModDrafter(IncrementalDrafter):
     @classmethod
     def for_slots(cls, params: NgramModParams, env, n_slots: int) -> list[Drafter]:
         """One pool for every slot."""
-        pool = _Pool(params.pool_size)
+        pool = _Pool.of(params, env)
         return [cls(params, env, pool) for _ in range(n_slots)]
+
+    @classmethod
+    def check_params(cls, params: NgramModParams, config_dir: pathlib.Path) -> None:
+        check_state_param(config_dir, params.state, params.save_state, "state", "save_state")
 
     # --- the pool ------------------------------------------------------------------------------------------
 
@@ -116,6 +177,7 @@ class NgramModDrafter(IncrementalDrafter):
         slots, following = slots[last], following[last]
         self._pool.used += int(np.count_nonzero(self.pool[slots] == _EMPTY))
         self.pool[slots] = following
+        self._pool.changed = True
 
     def reset(self) -> None:
         self._pool.reset()
@@ -174,6 +236,13 @@ class NgramModDrafter(IncrementalDrafter):
                 self.indexed_until = 0   # the next call adds the whole history again
         else:
             self._low_rounds = 0
+
+    def save(self) -> None:
+        """The reply's tail since its last chunk joins the pool (as the next ``begin`` would add it); then, with
+        ``save_state``, the pool is written."""
+        self.index_to(len(self.tokens))
+        if self.params.save_state:
+            self._pool.save()
 
 
 @hookimpl
