@@ -357,9 +357,13 @@ class Engine:
             return
         calls = ([list(range(len(segments)))] if cost is None or len(segments) == 1
                  else cheapest_calls(cost, [(seg.seq, len(seg.tokens)) for seg in segments], ctx.one_batch)[1])
+        target_seconds = 0.0
         for call in calls:
             self._evaluate([segments[i] for i in call], [drafts[i] if i < len(drafts) else chunks[i - len(drafts)]
                                                          for i in call])
+            target_seconds += ctx.pass_seconds
+        for s, _ in drafts:     # each waited for every call of the step
+            s.stats.target_seconds += target_seconds
 
     def _evaluate(self, segments: list[Segment], owners: list) -> None:
         """One llama_decode over ``segments``; each owner, (sequence, draft) for a verification or (sequence,

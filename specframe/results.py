@@ -24,6 +24,7 @@ class RequestStats:
     calibration_seconds: float = 0.0  # measuring or checking the pass-cost table (a first run's, or a stale one's),
     preparing_seconds: float = 0.0    # and making drafters ready on first use (a draft model's load): counted apart
     chain_seconds: float = 0.0       # of decoding, the drafter chain's: asking its drafters, choosing, hearing outcomes
+    target_seconds: float = 0.0      # of decoding, the target's passes: inside llama_decode, the results waited for
     drafters: dict = field(default_factory=dict)
 
     @property
@@ -40,6 +41,13 @@ class RequestStats:
         return self.n_generated / self.n_target_passes if self.n_target_passes else 0.0
 
     @property
+    def host_ms_per_pass(self) -> float:
+        """Milliseconds of decoding per target pass spent outside the target's passes: drafting, choosing,
+        verifying, committing, the text. On a GPU, whose pass takes a few milliseconds, this decides the speed."""
+        host = self.generation_seconds - self.target_seconds
+        return 1e3 * host / self.n_target_passes if self.n_target_passes else 0.0
+
+    @property
     def tokens_per_second(self) -> float:
         return self.n_generated / self.generation_seconds if self.generation_seconds > 0 else 0.0
 
@@ -50,8 +58,8 @@ class RequestStats:
 
     def as_dict(self) -> dict:
         data = asdict(self)
-        for name in ("acceptance_rate", "mean_accepted_length", "tokens_per_pass", "tokens_per_second",
-                     "prompt_tokens_per_second"):
+        for name in ("acceptance_rate", "mean_accepted_length", "tokens_per_pass", "host_ms_per_pass",
+                     "tokens_per_second", "prompt_tokens_per_second"):
             data[name] = getattr(self, name)
         return data
 

@@ -21,7 +21,8 @@ def format_stats(result: GenerationResult, speculative: bool = True) -> str:
                                                   if s.n_cached_tokens else "")
         + f" in {s.prompt_seconds:.2f} s ({s.prompt_tokens_per_second:.1f} tokens/s)",
         f"generated: {s.n_generated} tokens in {s.generation_seconds:.2f} s ({s.tokens_per_second:.2f} tokens/s), "
-        f"{s.n_target_passes} target passes ({s.tokens_per_pass:.2f} tokens/pass), stop: {result.stop_reason}",
+        f"{s.n_target_passes} target passes ({s.tokens_per_pass:.2f} tokens/pass, {s.host_ms_per_pass:.3f} ms of "
+        f"host time each), stop: {result.stop_reason}",
     ]
     setting_up = [f"{what} in {seconds:.2f} s" for what, seconds in
                   (("pass costs measured or checked", s.calibration_seconds),

@@ -654,3 +654,18 @@ def test_max_tokens_0_on_a_one_token_prompt_ends_at_once(engine_for):
     engine = engine_for()
     result = engine.generate(np.array([engine.vocab.bos], dtype=np.int32), max_tokens=0)
     assert result.tokens == [] and result.stop_reason == "max_tokens" and engine.kept(0) == 0
+
+
+def test_host_time_per_pass_is_decodings_time_outside_the_targets_passes(engine_for):
+    """The target's passes are timed inside llama_decode; everything else of decoding (drafting, verifying, the
+    text) is host time, shown per pass: a chain that spends time asking its drafters raises it by that time."""
+    engine = engine_for(DRAFTERS["copy-cursor"] + DRAFTERS["ngram-simple"], speculative="adaptive = true")
+    engine.generate(PROMPT, raw=True, max_tokens=8)              # the pass costs measured
+    plain = engine.generate(PROMPT, raw=True, max_tokens=64, speculative=False).stats
+    assert 0 < plain.target_seconds < plain.generation_seconds
+    assert plain.host_ms_per_pass == pytest.approx(
+        1e3 * (plain.generation_seconds - plain.target_seconds) / plain.n_target_passes)
+    spec = engine.generate(PROMPT, raw=True, max_tokens=64).stats
+    assert 0 < spec.target_seconds < spec.generation_seconds
+    assert spec.host_ms_per_pass >= 1e3 * spec.chain_seconds / spec.n_target_passes   # the chain's share in it
+    assert "host time each" in format_stats(engine.generate(PROMPT, raw=True, max_tokens=8))

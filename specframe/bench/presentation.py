@@ -18,6 +18,7 @@ _COLUMNS = [  # header, width, cell
     ("acc/draft", 9, lambda r: "-" if r.mean_accepted_length is None else f"{r.mean_accepted_length:.2f}"),
     ("pass/tok", 8, lambda r: f"{r.passes_per_token:.2f}"),
     ("drafting", 8, lambda r: f"{100 * r.drafting_share:.1f}%"),
+    ("host ms/pass", 12, lambda r: f"{r.host_ms_per_pass:.3f}"),
     ("peak MiB", 8, lambda r: f"{r.peak_rss_mib:.0f}"),
     ("lossless", 0, lambda r: r.lossless),
 ]

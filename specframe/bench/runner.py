@@ -56,6 +56,7 @@ class BenchRow:
     mean_accepted_length: float | None   # accepted tokens per draft that went to the target
     passes_per_token: float              # target forward passes per generated token
     drafting_share: float                # share of generation time the drafter chain took (its drafters' calls too)
+    host_ms_per_pass: float              # decoding time outside the target's passes, per pass (median over repeats)
     peak_rss_mib: float                  # peak resident memory of the strategy's process during its runs
     lossless: str                        # the first run against plain greedy output (docs/design.md)
 
@@ -360,6 +361,7 @@ def _rows(workload: str, runs: dict[str, list[GenerationResult]], peaks: dict[st
             mean_accepted_length=s.mean_accepted_length if speculative else None,
             passes_per_token=s.n_target_passes / max(1, s.n_generated),
             drafting_share=s.chain_seconds / s.generation_seconds if s.generation_seconds else 0.0,
+            host_ms_per_pass=statistics.median(r.stats.host_ms_per_pass for r in results),
             peak_rss_mib=peaks[name], lossless=verdicts.get(name, "-")))
     return rows
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,6 +164,7 @@ class Context(Handle):
         self._batch = Batch(model, self.n_batch)
         self._embedding_batch: Batch | None = None    # made on the first decode of input embeddings
         self._device_samplers: dict[int, object] = {}   # sequence -> its greedy sampler chain in the graph
+        self.pass_seconds = 0.0     # the last decode_batch's time in llama_decode, its results waited for
         model._register_context(self)
         raise_pending_interrupt()
 
@@ -225,6 +227,7 @@ class Context(Handle):
         handle = self.handle
         batch = self._batch_of_embeddings(segments[0].tokens.shape[1]) if embedded else self._batch
         batch.fill(segments)
+        started = time.perf_counter()
         status = self._lib.llama_decode(handle, batch.struct)
         raise_pending_interrupt()
         if status == 1:
@@ -232,7 +235,8 @@ class Context(Handle):
         if status != 0:
             raise DecodeError(f"llama_decode failed with status {status}")
         n_out = sum(s.n_logits for s in segments)
-        raw = self._lib.llama_get_logits(handle)
+        raw = self._lib.llama_get_logits(handle)     # waits for a GPU to finish the pass
+        self.pass_seconds = time.perf_counter() - started
         rows = np.frombuffer(self._ffi.buffer(raw, 4 * n_out * self.n_vocab), dtype=np.float32)
         rows = rows.reshape(n_out, self.n_vocab)
         sampled = self._lib.llama_get_sampled_token_ith
