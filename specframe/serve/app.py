@@ -1,5 +1,5 @@
 """The HTTP front end (FastAPI on uvicorn): OpenAI's endpoints, llama-server's own (llama_api.py), /health and
-/metrics, errors in OpenAI's shape.
+/metrics, errors in OpenAI's shape, and the chat page at / (static files in static/, docs/chat-page.md).
 
 Handlers never touch the engine: they hand requests to the engine thread (scheduler.py) and read what comes
 back from each request's own queue. A client that goes away cancels its request, streaming or not.
@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import pathlib
 import secrets
 import time
 from importlib.metadata import version
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specframe.engine import Engine
@@ -36,6 +39,8 @@ from specframe.serve.llama_api import (
 from specframe.serve.protocol import Answer, ChatCompletionRequest, CompletionRequest, FieldError, error_body
 from specframe.serve.scheduler import Accepted, Finished, InfillInput, Job, QueueFull, Rejected, Scheduler, Text
 from specframe.tool_calls import ToolCall, ToolCallStream
+
+STATIC = pathlib.Path(__file__).with_name("static")   # the chat page: no build step, nothing fetched elsewhere
 
 
 def error(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
@@ -59,7 +64,8 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
             await anyio.to_thread.run_sync(scheduler.stop)
 
     async def authorized(request: Request) -> None:
-        """Every endpoint but /health asks for the key, when there is one."""
+        """Every endpoint but /health and the chat page's files asks for the key, when there is one (the page asks
+        its user for it, and sends it with its API calls)."""
         given = request.headers.get("authorization", "")
         if api_key and not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
             raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer KEY'",
@@ -90,6 +96,12 @@ def create_app(scheduler: Scheduler, model_name: str, api_key: str = "") -> Fast
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException):
         return error(exc.status_code, str(exc.detail))
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def chat_page():
+        return FileResponse(STATIC / "index.html")
 
     @app.get("/health")
     async def health():
@@ -245,8 +257,14 @@ def properties(engine: Engine, scheduler: Scheduler, model_name: str) -> dict:
         "build_info": f"specframe {version('specframe')}",
         "infill": not vocab.fim.missing,
         "cache_reuse": config.server.cache_reuse,
-        "drafters": [{"name": d.name, "type": d.type} for d in config.drafters] if config.speculative.enabled else [],
+        "drafters": ([{"name": d.name, "type": d.type, "params": _json_params(d.params)} for d in config.drafters]
+                     if config.speculative.enabled else []),
     }
+
+
+def _json_params(params: Any) -> dict:
+    """A drafter's parameters (a dataclass: plugins.py checks) as JSON has them, a path as its text."""
+    return json.loads(json.dumps(dataclasses.asdict(params), default=str))
 
 
 def _piece(data: bytes) -> str | list[int]:

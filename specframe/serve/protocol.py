@@ -6,7 +6,7 @@ Sampling fields are OpenAI's and llama-server's (``top_k``, ``min_p``, ``repeat_
 is declared and typed strictly: one specframe does not know, or a value of the wrong type, is a 400 that names it.
 Responses carry llama-server's ``timings`` and specframe's per-drafter counters (``drafters``) and target passes
 beside OpenAI's fields; with ``"specframe": {"spans": true}`` each choice (each chunk's, streaming) carries the
-spans of its text by the drafter that wrote it (docs/serving.md).
+spans of its text by the drafter that wrote it (docs/chat-page.md).
 """
 
 from __future__ import annotations
