@@ -162,6 +162,11 @@ def test_each_streamed_chunk_carries_the_spans_of_its_text(server, path, key, bo
 
 def test_spans_are_asked_for_and_a_bad_value_or_tools_beside_them_is_a_400(server):
     body = {"messages": [{"role": "user", "content": PROMPTS[2]}], "max_tokens": 8}
+    stream = server.client().chat.completions.create(model="target", stream=True,
+                                                     extra_body={"specframe": {"spans": True}}, **body)
+    chunks = [chunk for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
+    assert chunks and all("".join(span["text"] for span in chunk.choices[0].model_extra["specframe"]["spans"])
+                          == chunk.choices[0].delta.content for chunk in chunks)
     plain = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60).json()
     assert "specframe" not in plain["choices"][0] and all("specframe" not in c["choices"][0]
                                                           for c in events(server, "/v1/chat/completions", body))
