@@ -19,7 +19,7 @@ from specframe.llama import Model
 from specframe.models import resolve_model
 from specframe.plugins import load_plugins
 
-DRAFTLESS = ["prompt-lookup", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
+DRAFTLESS = ["prompt-lookup", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix"]
 
 
 def source_tokens(model: Model, n: int) -> np.ndarray:

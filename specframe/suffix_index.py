@@ -38,10 +38,24 @@ LEVELS = (1, 2, 4, 8, 16, 32)   # the k-gram lengths hashed: each match length m
 OCCURRENCES = 32                # most recent occurrences a lookup takes per level
 SEPARATOR = -1                  # between sequences, before the first and after the last token
 _NO_TOKEN = -2                  # ends a probe: equal to no token, nor to SEPARATOR
-_WINDOW = LEVELS[-1] - 1        # tokens before a position that its longest hash covers
-_MIX = np.uint64(0x9E3779B97F4A7C15)
-_COMBINE = np.uint64(0xD6E8FEB86659FD93)
+_WINDOW = LEVELS[-1]            # tokens before a position that hashing it reads
 _FIRST_HEADS = 1 << 10
+_NONE = np.empty(0, dtype=np.int64)
+_CHUNK = 4096                   # positions hashed per numpy call
+
+
+def _powers(base: int, n: int) -> np.ndarray:
+    factors = np.full(n, base, dtype=np.uint64)
+    factors[0] = 1
+    return np.cumprod(factors, dtype=np.uint64)   # wraps modulo 2**64
+
+
+_BASE = 0x9E3779B97F4A7C15      # odd, so invertible modulo 2**64
+_MIX = np.uint64(0xD6E8FEB86659FD93)
+_INVERSE_POWERS = _powers(pow(_BASE, -1, 1 << 64), _CHUNK + _WINDOW)
+_ENDS = np.arange(_WINDOW, _CHUNK + _WINDOW)                   # a chunk's positions in its window
+_STARTS = _ENDS - np.array(LEVELS, dtype=np.int64)[:, None]   # and where their k-grams begin, by level
+_END_POWERS = _powers(_BASE, _CHUNK + _WINDOW)[_ENDS]
 
 
 @dataclass
@@ -58,6 +72,15 @@ class SuffixDraft:
 
 
 @dataclass(frozen=True)
+class Context:
+    """The end of a history as lookups take it: the mixed hashes of its last k tokens by level, and its last tokens
+    (at most ``max_depth``, none before its start) newest first, then _NO_TOKEN."""
+
+    mixed_hashes: np.ndarray
+    probe: np.ndarray
+
+
+@dataclass(frozen=True)
 class DraftRule:
     """SuffixDecoding's limits on a draft: its length by the match's, and its tokens' least probability."""
 
@@ -69,16 +92,15 @@ class DraftRule:
         return max(0, min(n_max, int(match_length * self.max_spec_factor + self.max_spec_offset + 1e-6)))
 
 
-def level_hashes(window: np.ndarray, n_levels: int) -> np.ndarray:
-    """Hashes of the k-grams ending at each position of ``window``, for the first ``n_levels`` of LEVELS (shape
-    ``(n_levels, len(window))``; a row's first k - 1 entries cover fewer tokens and are not meaningful)."""
-    hashes = np.empty((n_levels, len(window)), dtype=np.uint64)
-    hashes[0] = (window.astype(np.int64) + 1).astype(np.uint64) * _MIX
-    for j in range(1, n_levels):
-        half = LEVELS[j - 1]
-        hashes[j, :half] = hashes[j - 1, :half]
-        hashes[j, half:] = hashes[j - 1, :-half] * _COMBINE + hashes[j - 1, half:]   # wraps modulo 2**64
-    return hashes
+def kgram_hashes(window: np.ndarray, n_levels: int) -> np.ndarray:
+    """Hashes of the k-grams (k in the first ``n_levels`` of LEVELS) that end at each position of ``window`` after
+    its first _WINDOW tokens, at most _CHUNK of them: shape ``(n_levels, len(window) - _WINDOW)``.
+
+    A k-gram's hash is sum(t_i B^(p - i)) modulo 2**64 over its tokens t_i (SEPARATOR as 2**64 - 1): the prefix
+    sums of t_i B^-i, differenced k apart and multiplied by B^p, give every level in a few numpy calls."""
+    n = len(window) - _WINDOW
+    sums = np.cumsum(window.astype(np.uint64) * _INVERSE_POWERS[:len(window)], dtype=np.uint64)
+    return (sums[_ENDS[:n]] - sums[_STARTS[:n_levels, :n]]) * _END_POWERS[:n]
 
 
 class SuffixIndex:
@@ -101,7 +123,7 @@ class SuffixIndex:
         self.size = self.start   # positions below are filled
         self.base = self.start   # positions below are forgotten
         self.indexed = 0         # tokens taken in since creation (or the last reset)
-        self.last_hashes = np.zeros(self.n_levels, dtype=np.uint64)   # of the last position, by level
+        self._last_hashes = np.zeros(self.n_levels, dtype=np.uint64)   # of the last position, by level
         self._offsets = np.arange(max(max_depth, MAX_DRAFT_TOKENS) + 1, dtype=np.int64)
 
     def reset(self) -> None:
@@ -109,6 +131,12 @@ class SuffixIndex:
         self.heads.fill(-1)
         self.size = self.base = self.start
         self.indexed = 0
+
+    def context(self) -> Context:
+        """The end of the last sequence, as lookups in this index or another take it."""
+        depth = min(self.max_depth, self.indexed)
+        return Context(self._last_hashes * _MIX, np.append(self.tokens[self.size - 1:self.size - 1 - depth:-1],
+                                                            _NO_TOKEN))
 
     @property
     def live(self) -> int:
@@ -127,7 +155,7 @@ class SuffixIndex:
         self.tokens[first:first + n] = tokens
         self.size += n
         self.indexed += n
-        self.last_hashes = self._link(first, self.size)[:, -1]
+        self._last_hashes = self._link(first, self.size)[:, -1]
         if self.live > 2 * self.heads.shape[1]:                 # at most two positions per bucket and level
             self._rehash(1 << (self.live - 1).bit_length())
 
@@ -153,27 +181,37 @@ class SuffixIndex:
         self.tokens, self.prev = tokens, prev
 
     def _link(self, first: int, stop: int) -> np.ndarray:
-        """Put positions [first, stop) at the head of their buckets' chains, each level; return their hashes."""
-        hashes = level_hashes(self.tokens[first - _WINDOW:stop], self.n_levels)[:, _WINDOW:]
-        positions = np.arange(first, stop, dtype=np.int64)
-        keys = (self._buckets(hashes) + self._level_heads).ravel()             # into heads.ravel()
+        """Put positions [first, stop) at the head of their buckets' chains, each level; return the hashes of the
+        last chunk of them."""
+        for chunk in range(first, stop, _CHUNK):
+            end = min(chunk + _CHUNK, stop)
+            hashes = kgram_hashes(self.tokens[chunk - _WINDOW:end], self.n_levels)
+            self._link_chunk(chunk, end, hashes)
+        return hashes
+
+    def _link_chunk(self, first: int, stop: int, hashes: np.ndarray) -> None:
+        n = stop - first
+        keys = (self._buckets(hashes * _MIX) + self._level_heads).ravel()      # into heads.ravel()
+        positions = np.arange(first, stop)
         slots = (positions + self._level_slots * self.prev.shape[1]).ravel()   # into prev.ravel()
-        order = np.argsort(keys, kind="stable")          # a bucket's positions stay in increasing order
-        keys, slots = keys[order], slots[order]
-        positions = np.tile(positions, self.n_levels)[order]
+        positions = np.tile(positions, self.n_levels)
         heads, prev = self.heads.reshape(-1), self.prev.reshape(-1)
+        if n == 1:                                       # a key per level: none twice
+            prev[slots] = heads[keys]
+            heads[keys] = positions
+            return
+        order = np.argsort(keys, kind="stable")          # a bucket's positions stay in increasing order
+        keys, slots, positions = keys[order], slots[order], positions[order]
         links = heads[keys]
         same = keys[1:] == keys[:-1]
         links[1:][same] = positions[:-1][same]           # after an earlier position of this call
         prev[slots] = links
         last = np.append(~same, True)
         heads[keys[last]] = positions[last]
-        return hashes
 
-    def _buckets(self, hashes: np.ndarray) -> np.ndarray:
-        """The head-table buckets of ``hashes``: their top bits after a multiplicative mix."""
-        shift = np.uint64(65 - self.heads.shape[1].bit_length())
-        return ((hashes * _MIX) >> shift).astype(np.int64)
+    def _buckets(self, mixed_hashes: np.ndarray) -> np.ndarray:
+        """The head-table buckets of hashes multiplied by _MIX: their top bits."""
+        return (mixed_hashes >> np.uint64(65 - self.heads.shape[1].bit_length())).astype(np.int64)
 
     def _rehash(self, n_heads: int) -> None:
         """Rebuild the chains of the live positions with ``n_heads`` buckets per level (a power of two)."""
@@ -187,27 +225,25 @@ class SuffixIndex:
     def occurrences(self, level: int, bucket: int, exclude: int) -> np.ndarray:
         """The most recent (at most OCCURRENCES) positions in the chain of ``bucket`` at ``level``, newest first,
         without ``exclude``."""
+        position = int(self.heads[level, bucket])
+        if position < self.base:
+            return _NONE
         chain = self.prev[level]
         found: list[int] = []
-        position = int(self.heads[level, bucket])
         while position >= self.base and len(found) < OCCURRENCES:
             if position != exclude:
                 found.append(position)
             position = int(chain[position])
         return np.array(found, dtype=np.int64)
 
-    def best_draft(self, context_hashes: np.ndarray, reversed_context: np.ndarray, n_max: int, rule: DraftRule,
-                   exclude: int = -1, to_beat: float = 0.0) -> SuffixDraft | None:
-        """The draft with the best score above ``to_beat`` that continues the context, or None.
-
-        ``context_hashes``: the context's last-position hashes by level (``level_hashes``); ``reversed_context``:
-        its last tokens, newest first (at most ``max_depth``); ``exclude``: a position not to count (the context's
-        own end, when it is indexed here)."""
+    def best_draft(self, context: Context, n_max: int, rule: DraftRule, exclude: int = -1,
+                   to_beat: float = 0.0) -> SuffixDraft | None:
+        """The draft with the best score above ``to_beat`` that continues ``context``, or None; ``exclude``: a
+        position not to count (the context's own end, when it is indexed here)."""
         best: SuffixDraft | None = None
         score_to_beat = to_beat
-        buckets = self._buckets(context_hashes).tolist()
-        probe = np.append(reversed_context, _NO_TOKEN)
-        upper = len(reversed_context) + 1        # match lengths from here on were tried at a longer level
+        buckets = self._buckets(context.mixed_hashes).tolist()
+        upper = len(context.probe)               # match lengths from here on were tried at a longer level
         for level in reversed(range(self.n_levels)):
             k = LEVELS[level]
             if k >= upper:
@@ -216,7 +252,7 @@ class SuffixIndex:
                 break
             ends = self.occurrences(level, buckets[level], exclude)
             if len(ends):
-                lengths = self._match_lengths(ends, probe)
+                lengths = self._match_lengths(ends, context.probe)
                 for m in sorted({n for n in lengths.tolist() if k <= n < upper}, reverse=True):
                     limit = rule.limit(m, n_max)
                     if limit <= score_to_beat:
@@ -236,16 +272,17 @@ class SuffixIndex:
     def _follow(self, ends: np.ndarray, limit: int, min_token_prob: float) -> SuffixDraft:
         """The most frequent path after the occurrences ending at ``ends``: up to ``limit`` tokens, each while
         its probability (the product of the chosen tokens' shares) stays at least ``min_token_prob``."""
-        rows = self.tokens.take(ends[:, None] + self._offsets[1:limit + 1], mode="clip").tolist()  # SEPARATOR past
-        draft, prob = SuffixDraft(), 1.0                                                            # the end
+        rows = self.tokens.take(ends[:, None] + self._offsets[1:limit + 1], mode="clip")   # SEPARATOR past the end
+        columns = rows.T.tolist()               # the followers of the occurrences still followed, by column
+        draft, prob = SuffixDraft(), 1.0
         for column in range(limit):
-            if len(rows) == 1:                    # one occurrence left: its tokens, up to its end
-                rest = rows[0][column:]
+            followers = columns[column]
+            if len(followers) == 1:               # one occurrence left: its tokens, up to its sequence's end
+                rest = rows[0, column:].tolist()
                 rest = rest[:rest.index(SEPARATOR)] if SEPARATOR in rest else rest
                 draft.tokens.extend(rest)
                 draft.probs.extend([prob] * len(rest))
                 break
-            followers = [row[column] for row in rows]
             token = followers[0]
             if token == SEPARATOR or followers.count(token) < len(followers):   # the occurrences part here
                 counts: dict[int, int] = {}
@@ -258,7 +295,8 @@ class SuffixIndex:
                 prob *= counts[token] / len(followers)
                 if prob < min_token_prob:
                     break
-                rows = [row for row in rows if row[column] == token]
+                rows = rows[[i for i, follower in enumerate(followers) if follower == token]]
+                columns[column + 1:] = rows[:, column + 1:].T.tolist()
             draft.tokens.append(token)
             draft.probs.append(prob)
         return draft

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from specframe.drafters.suffix import STATE_MAGIC, SuffixDrafter, SuffixParams
 from specframe.engine import Engine
 from specframe.errors import ConfigError
-from specframe.suffix_index import DraftRule, SuffixIndex, level_hashes
+from specframe.suffix_index import DraftRule, SuffixIndex
 from specframe.testing import assert_drafter_ok, fake_env
 from specframe.testing.lossless import compare
 
@@ -183,14 +183,15 @@ def test_lookups_find_matches_in_an_index_that_grew_and_forgot():
     for start in range(0, 5000, 37):                                     # through several larger head tables
         index.extend(text[start:start + 37])
     assert index.heads.shape[1] >= 4096                                  # from 1024 buckets first
-    context = text[1200:1240]
-    hashes = level_hashes(context[-32:], index.n_levels)[:, -1]
-    found = index.best_draft(hashes, context[::-1], 16, DraftRule())
+    lookup = SuffixIndex(max_depth=64)
+    lookup.extend(text[1200:1240])
+    context = lookup.context()                                          # its last 40 tokens
+    found = index.best_draft(context, 16, DraftRule())
     assert found is not None and found.tokens == text[1240:1256].tolist() and found.match_length == 40
     index.forget_before(index.start + 1000)
-    assert index.best_draft(hashes, context[::-1], 16, DraftRule()).tokens == text[1240:1256].tolist()
+    assert index.best_draft(context, 16, DraftRule()).tokens == text[1240:1256].tolist()
     index.forget_before(index.start + 1300)
-    forgotten = index.best_draft(hashes, context[::-1], 16, DraftRule())
+    forgotten = index.best_draft(context, 16, DraftRule())
     assert forgotten is None or forgotten.match_length < 4              # a chance short match at most
 
 

@@ -185,11 +185,10 @@ class SuffixDrafter(Drafter):
         self._drafted, self._drafted_at, self._accepted = [], len(history), []
         if not len(history):
             return NO_DRAFT
-        hashes = self.request.last_hashes
-        reversed_context = history[:-self.params.max_depth - 1:-1]
-        own = self.request.best_draft(hashes, reversed_context, n_max, self._rule, exclude=self.request.size - 1)
-        earlier = self.earlier.index.best_draft(hashes, reversed_context, n_max, self._rule,
-                                                to_beat=own.score if own else 0.0)
+        context = self.request.context()
+        own = self.request.best_draft(context, n_max, self._rule, exclude=self.request.size - 1)
+        earlier = (self.earlier.index.best_draft(context, n_max, self._rule, to_beat=own.score if own else 0.0)
+                   if self.earlier.spans else None)
         best = earlier or own
         if best is None:
             return NO_DRAFT
