@@ -130,6 +130,15 @@ def test_a_long_lived_global_index_stays_bounded_in_memory():
     assert drafted(d, [2, *d.earlier.responses()[0][:20].tolist()]) != []
 
 
+def test_a_servers_slots_share_the_global_index():
+    first, second = SuffixDrafter.for_slots(SuffixParams(), None, 2)
+    assert first.earlier is second.earlier and first.request is not second.request
+    answer(first, [1], list(range(100, 120)))
+    assert drafted(second, [3, 100, 101, 102, 103]) == []                # the first slot's answer is not over
+    first.begin(h(2))                                                    # its next request: the answer joins
+    assert drafted(second, [3, 100, 101, 102, 103]) == [104, 105, 106, 107]
+
+
 def test_only_new_tokens_are_indexed():
     d = suffix()
     taken: list[int] = []
