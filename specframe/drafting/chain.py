@@ -53,7 +53,7 @@ from specframe.drafting.gain import (
 )
 from specframe.drafting.pass_cost import PassCost, cpu_times, other_load, others_busy
 from specframe.drafting.protocol import NO_DRAFT, Constraint, Draft, Drafter, begin_form, begin_request
-from specframe.drafting.support import ContextSupport
+from specframe.drafting.support import support_level
 from specframe.prefix import common_prefix
 from specframe.sampling import SamplingParams
 
@@ -137,7 +137,6 @@ class DrafterChain:
         self.cost = cost
         self.arbitration = arbitration
         self.agreement: dict[int, Acceptance] = {}   # by context support: how often agreed-on positions stand
-        self.support = ContextSupport()
         self._candidates: list[_Candidate] = []
         self._chosen: _Candidate | None = None
         self.constraint: Constraint | None = None   # the request's grammar: drafts are cut where it forbids
@@ -161,7 +160,6 @@ class DrafterChain:
         and the request's grammar, if any. A model whose catching up on the prompt costs more than a draft of it
         could bring back is begun only if and when it is asked."""
         self._candidates, self._chosen, self.constraint = [], None, constraint
-        self.support.reset()
         self.upkeep.restart()
         for entry in self._active():
             entry.record.restart()
@@ -502,7 +500,7 @@ class DrafterChain:
         if draft is None or len(draft) < self.n_min:
             return None
         entry.stats.drafts += 1
-        run, support = entry.record.run_of(draft.tokens), self.support.level(history, int(draft.tokens[0]))
+        run, support = entry.record.run_of(draft.tokens), support_level(history, int(draft.tokens[0]))
         candidate = _Candidate(entry, draft, run, support, entry.record.p(len(draft), run, support))
         self._candidates.append(candidate)
         return candidate
