@@ -1,14 +1,18 @@
 """The engine's own time per target pass: what a step spends outside llama_decode, plain against speculative.
 
-    python benchmarks/step_time.py [--config config.example.toml] [--workload NAME ...] [--max-tokens N]
-                                   [--repeat 2]
+    python benchmarks/step_time.py [--config config.example.toml] [--target MODEL] [--draftless]
+                                   [--workload NAME ...] [--max-tokens N] [--repeat 2]
 
 In one engine, each workload's request runs plain and then with the config's drafters, --repeat times in turn, the
 drafters made anew for each (as `specframe bench` runs them). Per run: the target passes, the milliseconds per pass
 inside llama_decode and the rest, and of the rest the drafter chain's (asking its drafters, choosing the draft,
 hearing the outcome); the remainder is the engine's own (sampling, verification, bookkeeping). Beside a CPU's pass
 of tens of milliseconds the rest is a percent or two; beside a GPU's of about two it decides whether speculation
-can pay where nothing is drafted (docs/design.md, performance method). Last, the single-sequence passes of all the
+can pay where nothing is drafted (docs/design.md, performance method). The engine's own measure of it,
+``host_ms_per_pass`` (decoding outside llama_decode, over the whole request), is shown beside. ``--target`` runs
+another target under the config's drafters (a catalog name or a GGUF path: the synthetic model shows the host's
+time with its caches warm, as beside a GPU; on a CPU a real model's pass evicts them, see docs/design.md);
+``--draftless`` leaves out the drafters that run a model. Last, the single-sequence passes of all the
 runs by size, each timed against what the engine's pass-cost table prices it at: where `specframe bench` models a
 speedup its runs do not reach, this says whether the table or the engine's own time is off. Not a test: meaningful
 on an otherwise idle machine only. A GPU run sets the layers through the environment, e.g.
@@ -18,6 +22,7 @@ SPECFRAME_TARGET__N_GPU_LAYERS=99 SPECFRAME_DRAFTER__DRAFT_MODEL__N_GPU_LAYERS=9
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import statistics
 import time
@@ -27,6 +32,7 @@ import numpy as np
 
 from specframe.bench.workloads import workloads
 from specframe.engine import Engine
+from specframe.overrides import parse_set
 
 
 @dataclass
@@ -38,6 +44,7 @@ class StepTime:
     decode_seconds: float
     chain_seconds: float
     wall_seconds: float
+    host_ms_per_pass: float   # the engine's own statistic (RequestStats.host_ms_per_pass)
 
     @property
     def rest_seconds(self) -> float:
@@ -48,7 +55,7 @@ class StepTime:
         return (f"{'speculative' if self.speculative else 'plain':11s} {self.workload:16s} {self.tokens:4d} tokens "
                 f"{self.passes:4d} passes  ms per pass: decode {self.decode_seconds * per_pass:6.2f}  "
                 f"rest {self.rest_seconds * per_pass:5.2f} (chain {self.chain_seconds * per_pass:5.2f})  "
-                f"({self.wall_seconds:.2f} s)")
+                f"host {self.host_ms_per_pass:.3f}  ({self.wall_seconds:.2f} s)")
 
 
 class DecodeTimer:
@@ -91,11 +98,13 @@ class DecodeTimer:
         return lines
 
 
-def measure(engine: Engine, timer: DecodeTimer, workload, speculative: bool) -> StepTime:
-    """One request, timed from its first text on (the prompt's passes are not steps)."""
+def measure(engine: Engine, timer: DecodeTimer, workload, speculative: bool,
+            drafters: list[str] | None = None) -> StepTime:
+    """One request, timed from its first text on (the prompt's passes are not steps); ``drafters``: those of the
+    config named (default: all)."""
     engine.forget_drafters()
     generation = engine.stream(workload.prompt, max_tokens=workload.max_tokens, temperature=0.0,
-                               speculative=speculative)
+                               speculative=speculative, drafters=drafters)
     pieces = iter(generation)
     next(pieces, None)
     timer.seconds, timer.passes, timer.recording, start = 0.0, 0, True, time.perf_counter()
@@ -107,7 +116,7 @@ def measure(engine: Engine, timer: DecodeTimer, workload, speculative: bool) -> 
     assert result is not None
     # the chain's time of the whole request: its first step's, before the first text, is in it too (a step in 100s)
     return StepTime(workload.name, speculative, len(result.tokens), timer.passes, timer.seconds,
-                    result.stats.chain_seconds, wall)
+                    result.stats.chain_seconds, wall, result.stats.host_ms_per_pass)
 
 
 def main() -> None:
@@ -116,16 +125,22 @@ def main() -> None:
     parser.add_argument("--workload", nargs="+", default=(), metavar="NAME", help="default: every built-in one")
     parser.add_argument("--max-tokens", type=int, help="token budget of every workload (default: each its own)")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each (default 2)")
+    parser.add_argument("--target", metavar="MODEL", help="the target instead of the config's")
+    parser.add_argument("--draftless", action="store_true", help="only the config's drafters that run no model")
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
-    with Engine.from_config(args.config) as engine:
+    overrides = [parse_set(f"target.model={json.dumps(args.target)}")] if args.target else []
+    with Engine.from_config(args.config, overrides) as engine:
         timer = DecodeTimer(engine)
+        chain = engine.chain()
+        drafters = ([entry.label for entry in chain.entries if not entry.drafter.uses_model]
+                    if args.draftless and chain is not None else None)
         engine.generate("Say hello.", max_tokens=4, temperature=0.0)    # loads, and warms the graphs up
         for _ in range(args.repeat):
             for workload in workloads(tuple(args.workload), args.max_tokens):
                 for speculative in (False, True):
-                    print(measure(engine, timer, workload, speculative).line(), flush=True)
+                    print(measure(engine, timer, workload, speculative, drafters).line(), flush=True)
         print("single-sequence passes by size, against the pass-cost table:")
         print("\n".join(timer.by_size()))
 

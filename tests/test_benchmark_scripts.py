@@ -264,6 +264,7 @@ def test_step_time_splits_each_run_into_its_passes_and_the_rest(step_time, write
         drafted = step_time.measure(engine, timer, workload, speculative=True)
     for run in (plain, drafted):
         assert 0 < run.decode_seconds < run.wall_seconds and run.rest_seconds > 0
+        assert 0 < run.host_ms_per_pass and f"host {run.host_ms_per_pass:.3f}" in run.line()
         assert run.workload == "repeat" and f"{run.passes:4d} passes" in run.line()
     assert 0 < plain.passes < plain.tokens       # a pass a token, after the first text
     assert 0 < drafted.passes <= plain.passes and drafted.tokens == plain.tokens
