@@ -296,8 +296,10 @@ def serve(config):
               help="Token budget of every workload (of every turn of a session).")
 @click.option("--json", "json_out", type=_OutputFile(), help="Write the rows as JSON to this file.")
 @click.option("--plot", "plot_out", type=_OutputFile(), help="Draw the speedups into this PNG (needs matplotlib).")
+@click.option("--only", metavar="NAME[,NAME...]", default="",
+              help="Of the drafters alone and the chain, run only these (plain decoding and the oracle always run).")
 @_PEERS_OPTION
-def bench(config, workload_specs, session_mode, repeat, max_tokens, json_out, plot_out, peers_path):
+def bench(config, workload_specs, session_mode, repeat, max_tokens, json_out, plot_out, only, peers_path):
     """Plain decoding vs each drafter, the chain and the oracle, greedy, on the config's target."""
     import datetime
 
@@ -313,12 +315,13 @@ def bench(config, workload_specs, session_mode, repeat, max_tokens, json_out, pl
     if plot_out:
         pyplot()
     chosen = (sessions if session_mode else workloads)(workload_specs, max_tokens)
-    with tqdm(total=len(chosen) * len(strategies(config)) * repeat, unit="run", file=sys.stderr) as bar:
+    only_names = [name.strip() for name in only.split(",") if name.strip()]
+    with tqdm(total=len(chosen) * len(strategies(config, only_names)) * repeat, unit="run", file=sys.stderr) as bar:
         def progress(label):
             bar.set_postfix_str(label)
             bar.update()
 
-        rows, cost = run_bench(config, chosen, repeat, progress)
+        rows, cost = run_bench(config, chosen, repeat, progress, only_names)
     click.echo(format_table(rows))
     click.echo(format_pricing(cost))
     pricing = {"depth": cost.depth, "per_position": cost.per_position,

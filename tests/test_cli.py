@@ -269,6 +269,18 @@ def test_bench_names_an_unknown_workload(config):
     assert result.exit_code != 0 and "workload 'nonsense': neither a built-in workload" in result.output
 
 
+def test_bench_only_runs_the_strategies_named_beside_plain_and_the_oracle(config, tmp_path):
+    out = tmp_path / "bench.json"
+    result = run("bench", "--config", str(config), "-w", "code-generation", "-n", "16", "--only", "chain",
+                 "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert [r["strategy"] for r in json.loads(out.read_text())["rows"]] == ["plain", "chain", "oracle"]
+    wrong = CliRunner().invoke(main, ["bench", "--config", str(config), "--only", "chain,ngram-mod"])
+    assert wrong.exit_code != 0
+    assert "--only ngram-mod: not a strategy of this config; expected one of prompt-lookup, draft-model, chain" in (
+        wrong.output)
+
+
 
 def test_calibrate_shows_the_table_stores_it_and_measures_again_on_reset(write_config, target_path, monkeypatch):
     # One thread: a tiny model's passes last a tenth of a millisecond, and two threads waiting on each other on a

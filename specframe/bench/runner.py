@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -78,22 +78,29 @@ def machine(config: Config) -> str:
             + (f", {'all' if gpu < 0 else gpu} target layers on the GPU" if gpu else ""))
 
 
-def strategies(config: Config) -> list[str]:
-    """Plain, each configured drafter alone, the chain when there are several, and the oracle."""
+def strategies(config: Config, only: Sequence[str] = ()) -> list[str]:
+    """Plain, each configured drafter alone, the chain when there are several, and the oracle; ``only``: of the
+    drafters and the chain, those named (plain and the oracle always run: they are what the others are set against)."""
     names = [d.name for d in config.drafters]
-    return [PLAIN, *names, *([CHAIN] if len(names) > 1 else []), ORACLE]
+    names += [CHAIN] if len(names) > 1 else []
+    unknown = [name for name in only if name not in names]
+    if unknown:
+        raise SpecframeError(f"--only {unknown[0]}: not a strategy of this config; expected one of {', '.join(names)}")
+    return [PLAIN, *[name for name in names if not only or name in only], ORACLE]
 
 
 def run_bench(config: Config, workloads: list[Workload] | list[Session], repeat: int = 1,
-              progress: Callable[[str], None] = lambda label: None) -> tuple[list[BenchRow], PassCost]:
+              progress: Callable[[str], None] = lambda label: None,
+              only: Sequence[str] = ()) -> tuple[list[BenchRow], PassCost]:
     """Measure every strategy on every workload; ``progress`` is called after each run with its label. Return the
     rows and the pass-cost table that priced the modeled speedups.
 
     Each strategy runs in a process of its own, so that the peak memory measured is its own (a draft model's
     weights, an n-gram pool). In each round every strategy's run is begun, then the runs advance in turn, a slice of
     time each, until all have ended: the time a run waits for its turn is not its own. The processes start one after
-    another: loads, warm-up passes and the pass-cost calibration of several at once would time each other."""
-    names = strategies(config)
+    another: loads, warm-up passes and the pass-cost calibration of several at once would time each other.
+    ``only``: as ``strategies``."""
+    names = strategies(config, only)
     processes: dict[str, StrategyProcess] = {}
     try:
         for name in names:
