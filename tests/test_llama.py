@@ -107,6 +107,9 @@ def test_closing_a_model_closes_its_contexts_first(target_path):
     model.close()
     with pytest.raises(SpecframeError, match="is closed"):
         ctx.decode([5], 0)
+    for use_of_its_memory in (ctx.clear, lambda: ctx.truncate(0), ctx.positions, lambda: ctx.can_move):
+        with pytest.raises(SpecframeError, match="is closed"):    # not a call through a freed pointer
+            use_of_its_memory()
     ctx.close()
     model.close()   # idempotent
 

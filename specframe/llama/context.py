@@ -152,7 +152,7 @@ class Context(Handle):
                                  f"{model.path} (out of memory? try a smaller n_ctx; run with --verbose to see "
                                  "llama.cpp's reason)")
         self._handle = handle
-        self._memory = self._lib.llama_get_memory(handle)
+        self._kv_memory = self._lib.llama_get_memory(handle)
         self.n_seq_max = n_seq_max
         self.one_batch: bool = n_seq_max == 1 or settings.kv_unified   # not in parts
         self.n_ctx: int = self._lib.llama_n_ctx(handle) // n_seq_max   # llama.cpp rounds it up (to 256)
@@ -282,6 +282,11 @@ class Context(Handle):
         lib = self._lib
         lib.llama_memory_seq_rm(self._memory, seq, to, start)
         lib.llama_memory_seq_add(self._memory, seq, start, start + n, to - start)
+
+    @property
+    def _memory(self):
+        """The KV memory, reached through ``handle``: a closed context raises, its memory being freed with it."""
+        return self._kv_memory if self.handle is not None else None
 
     def clear(self) -> None:
         self._lib.llama_memory_clear(self._memory, True)
