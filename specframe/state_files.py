@@ -72,6 +72,25 @@ def _payload(data: bytes, magic: bytes, version: int) -> bytes:
     return payload
 
 
+def state_path(value: str, env) -> pathlib.Path | None:
+    """Where a drafter's ``state`` setting puts its file: relative to the config (``env.path``), None when unset."""
+    if not value:
+        return None
+    return env.path(value) if env is not None else pathlib.Path(value)
+
+
+def check_vocabulary(written: int, n_vocab: int) -> None:
+    """Refuse state written for another vocabulary than this target's ``n_vocab`` (0: unknown, nothing refused)."""
+    if n_vocab and written != n_vocab:
+        raise StateError(f"written for a vocabulary of {written} tokens; this target has {n_vocab}")
+
+
+def check_token_ids(tokens, n_vocab: int) -> None:
+    """Refuse stored token ids outside the vocabulary (``n_vocab`` 0: unknown, only negative ids refused)."""
+    if len(tokens) and (tokens.min() < 0 or (n_vocab and tokens.max() >= n_vocab)):
+        raise StateError(f"corrupt (a token id outside [0, {n_vocab or 'n_vocab'}))")
+
+
 def check_state_param(config_dir: pathlib.Path, value: str, save: bool, key: str, save_key: str) -> None:
     """Refuse (ParamError) a state file setting that cannot be honoured: saving without a file, a file that exists
     but cannot be read, or one that is to be written where it cannot be."""

@@ -34,7 +34,15 @@ from specframe.errors import ParamError
 from specframe.hookspecs import hookimpl
 from specframe.params import MAX_DRAFT_TOKENS, param
 from specframe.sampling import SamplingParams
-from specframe.state_files import StateError, check_state_param, load_state, save_state
+from specframe.state_files import (
+    StateError,
+    check_state_param,
+    check_token_ids,
+    check_vocabulary,
+    load_state,
+    save_state,
+    state_path,
+)
 
 _MULTIPLIER = 6364136223846793005   # llama.cpp's LCG multiplier; arithmetic modulo 2**64
 _MASK = (1 << 64) - 1
@@ -83,9 +91,7 @@ class _Pool:
 
     @classmethod
     def of(cls, params: NgramModParams, env) -> "_Pool":
-        path = None
-        if params.state:
-            path = env.path(params.state) if env is not None else pathlib.Path(params.state)
+        path = state_path(params.state, env)
         return cls(params.pool_size, params.n_match, env.n_vocab if env is not None else 0, path)
 
     def reset(self) -> None:
@@ -107,8 +113,7 @@ class _Pool:
         if len(payload) < _STATE_HEADER.size:
             raise StateError("truncated")
         n_vocab, n_match, size, used = _STATE_HEADER.unpack_from(payload)
-        if self.n_vocab and n_vocab != self.n_vocab:
-            raise StateError(f"written for a vocabulary of {n_vocab} tokens; this target has {self.n_vocab}")
+        check_vocabulary(n_vocab, self.n_vocab)
         if (n_match, size) != (self.n_match, len(self.tokens)):
             raise StateError(f"written for n_match {n_match} and pool_size {size}; this config has n_match "
                              f"{self.n_match} and pool_size {len(self.tokens)}")
@@ -118,8 +123,7 @@ class _Pool:
         tokens = np.frombuffer(payload, dtype="<i4", offset=_STATE_HEADER.size + 4 * used).astype(np.int32)
         if used and ((np.diff(slots) <= 0).any() or slots[-1] >= size):
             raise StateError("corrupt (slots out of order or beyond the pool)")
-        if used and (tokens.min() < 0 or (self.n_vocab and tokens.max() >= self.n_vocab)):
-            raise StateError(f"corrupt (a token id outside [0, {self.n_vocab or 'n_vocab'}))")
+        check_token_ids(tokens, self.n_vocab)
         return slots, tokens
 
 

@@ -32,7 +32,15 @@ from specframe.drafting import NO_DRAFT, Draft, Drafter
 from specframe.hookspecs import hookimpl
 from specframe.params import param
 from specframe.sampling import SamplingParams
-from specframe.state_files import StateError, check_state_param, load_state, save_state
+from specframe.state_files import (
+    StateError,
+    check_state_param,
+    check_token_ids,
+    check_vocabulary,
+    load_state,
+    save_state,
+    state_path,
+)
 from specframe.suffix_index import DraftRule, SuffixIndex
 
 STATE_MAGIC = b"SFSUFFIX"
@@ -75,9 +83,7 @@ class EarlierResponses:
 
     @classmethod
     def of(cls, params: SuffixParams, env) -> "EarlierResponses":
-        path = None
-        if params.state:
-            path = env.path(params.state) if env is not None else pathlib.Path(params.state)
+        path = state_path(params.state, env)
         return cls(params, env.n_vocab if env is not None else 0, path)
 
     def add(self, responses: list[np.ndarray]) -> None:
@@ -129,8 +135,7 @@ class EarlierResponses:
         if len(payload) < _STATE_HEADER.size:
             raise StateError("truncated")
         n_vocab, n_responses = _STATE_HEADER.unpack_from(payload)
-        if self.n_vocab and n_vocab != self.n_vocab:
-            raise StateError(f"written for a vocabulary of {n_vocab} tokens; this target has {self.n_vocab}")
+        check_vocabulary(n_vocab, self.n_vocab)
         if len(payload) < _STATE_HEADER.size + 4 * n_responses:
             raise StateError(f"truncated: {n_responses} responses announced")
         lengths = np.frombuffer(payload, dtype="<u4", count=n_responses, offset=_STATE_HEADER.size).astype(np.int64)
@@ -138,8 +143,7 @@ class EarlierResponses:
         if len(payload) != tokens_at + 4 * int(lengths.sum()) or (lengths == 0).any():
             raise StateError("corrupt (response lengths do not add up to the tokens stored)")
         tokens = np.frombuffer(payload, dtype="<i4", offset=tokens_at).astype(np.int32)
-        if len(tokens) and (tokens.min() < 0 or (self.n_vocab and tokens.max() >= self.n_vocab)):
-            raise StateError(f"corrupt (a token id outside [0, {self.n_vocab or 'n_vocab'}))")
+        check_token_ids(tokens, self.n_vocab)
         return np.split(tokens, np.cumsum(lengths)[:-1])
 
 
