@@ -82,13 +82,13 @@ class Engine:
         self.drafters = ConfiguredDrafters(config, env, self.vocab.n_tokens, slots)
         self.drafters.cost = self.calibration.cost
         self._kept: list[np.ndarray] = [np.empty(0, dtype=np.int32)] * slots   # each sequence's tokens in KV
-        # Greedy choices made in the graph where it pays (on a CPU, ggml's argmax took 1-2% longer than numpy's
+        # Greedy choices made in the graph where it pays (on a CPU, ggml's argmax took 1-2% longer than the host's
         # scan of the logits), from the start when the config's requests are greedy: the pass-cost table is then
         # timed as their passes run.
         backend_sampling = forced(t.backend_sampling)
         self.backend_sampling = self.model.offloaded if backend_sampling is None else backend_sampling
         for slot in range(slots):
-            self._choose_on_device(slot, config_sampler, self._config_grammar is not None)
+            self._choose_greedily(slot, config_sampler, self._config_grammar is not None)
 
     @classmethod
     def from_config(cls, path: str | os.PathLike | None, overrides: Sequence_[Layer] = ()) -> "Engine":
@@ -203,7 +203,7 @@ class Engine:
         if chain is None and speculative and self.config.speculative.enabled:
             chain = self.drafters.chain(drafters, slot)
         constraint = self.constraint(grammar, sampler)
-        self._choose_on_device(slot, sampler, trace is not None or constraint is not None or logprobs is not None)
+        self._choose_greedily(slot, sampler, trace is not None or constraint is not None or logprobs is not None)
         cached = self._keep(slot, prompt, reuse_chunks) if reuse else 0
         self.context.truncate(cached, slot)
         self._kept[slot] = prompt[:cached]
@@ -240,11 +240,13 @@ class Engine:
         sampler.check_vocabulary(self.vocab.n_tokens)
         return sampler
 
-    def _choose_on_device(self, slot: int, sampler: TokenSampler | None, wants_rows: bool) -> None:
-        """Verify on the device when the choice is the row's argmax and nothing else (a trace, a grammar,
-        log-probabilities) wants the rows of logits."""
-        self.context.choose_on_device(slot, self.backend_sampling and sampler is not None
-                                      and sampler.chooses_as_argmax and not wants_rows)
+    def _choose_greedily(self, slot: int, sampler: TokenSampler | None, wants_rows: bool) -> None:
+        """Make the choice as the pass ends where it is the row's argmax and nothing else (a trace, a grammar,
+        log-probabilities) wants the rows of logits: on the device where that pays (``backend_sampling``), else
+        on the host in C, not in numpy (docs/design.md, performance method)."""
+        greedy = sampler is not None and sampler.chooses_as_argmax and not wants_rows
+        self.context.choose_on_device(slot, greedy and self.backend_sampling)
+        self.context.choose_on_host(slot, greedy and not self.context.chooses_on_device(slot))
 
     def reusable(self, slot: int, prompt: np.ndarray, min_chunk: int = 0) -> int:
         """How many leading tokens of ``prompt`` sequence ``slot`` could keep from its memory: the prefix it holds,
@@ -348,7 +350,7 @@ class Engine:
             if s.n_past + 1 + len(draft) > n_ctx:
                 s.stop_reason = "context_full"
                 continue
-            tokens = np.concatenate(([s.last], draft.tokens)).astype(np.int32, copy=False)
+            tokens = s.fed(draft.tokens)
             segments.append(Segment(s.seq, tokens, s.n_past, len(tokens)))
             drafts.append((s, draft))
         for s, n in chunks:
@@ -375,19 +377,20 @@ class Engine:
         if cost is not None:
             # The table times one sequence's verification pass; a pass over several is evaluated in parts (see
             # Context), and one with a prompt chunk asks no logits for it: neither is comparable, yet each breaks a
-            # run of passes of one size (whose graph llama.cpp reuses, and a GPU replays).
+            # run of passes of one size (whose graph llama.cpp reuses, and a GPU replays). A plain request's pass
+            # prices no draft and is not compared either: that would be a sixth of its step's host time on a CPU.
             cost.observe(sum(len(segment.tokens) for segment in segments), seconds,
-                         comparable=len(segments) == 1 and bool(segments[0].n_logits))
-        layout = tuple((segment.seq, segment.start_pos, len(segment.tokens), segment.n_logits) for segment in segments)
+                         comparable=len(segments) == 1 and bool(segments[0].n_logits)
+                         and owners[0][0].chain is not None)
+        layout = None
         for mine, (segment, (s, owned), rows) in enumerate(zip(segments, owners, logits)):
-            if segment.n_logits:
-                kept = self._verify(s, owned, rows)
-                if s.trace is not None:
-                    s.trace.observe(layout, mine, rows, kept, seconds)
-            else:
+            kept = self._verify(s, owned, rows) if segment.n_logits else 0
+            if not segment.n_logits:
                 s.n_past += owned
-                if s.trace is not None:
-                    s.trace.observe(layout, mine, None, 0, seconds)
+            if s.trace is not None:
+                layout = layout or tuple((segment.seq, segment.start_pos, len(segment.tokens), segment.n_logits)
+                                         for segment in segments)
+                s.trace.observe(layout, mine, rows if segment.n_logits else None, kept, seconds)
 
     def _verify(self, s: Sequence, draft, logits: np.ndarray) -> int:
         """Accept what the target agrees with, roll back the rest; return the tokens kept."""

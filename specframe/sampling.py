@@ -33,7 +33,6 @@ import numpy as np
 
 from specframe.errors import ParamError
 from specframe.params import INT32_MAX, param, within_bounds
-from specframe.prefix import common_prefix
 
 if TYPE_CHECKING:
     from specframe.grammar import Constraint
@@ -312,9 +311,10 @@ def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | Non
            constraint: Constraint | None = None) -> tuple[int, list[int]]:
     """Accept a prefix of the drafted ``tokens`` from the target's ``logits`` (one row per position, the last
     after the whole draft; for a greedy sampler that does not change logits, each row's choice can come made, as
-    token ids); return (n_accepted, emitted tokens): the accepted ones plus the target's own token at the first
-    rejection or after a fully accepted draft. ``history`` is the tokens before the draft, which the repetition
-    penalties look back on (needed only when they are on).
+    token ids in a list or an array, up to the first that rejects its token); return (n_accepted, emitted tokens):
+    the accepted ones plus the target's own token at the first rejection or after a fully accepted draft.
+    ``history`` is the tokens before the draft, which the repetition penalties look back on (needed only when they
+    are on).
 
     With a ``constraint`` (a grammar, at the position before the draft; the draft is admissible) each position
     chooses among the tokens the grammar allows there, and the constraint advances on every emitted token.
@@ -322,9 +322,15 @@ def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | Non
     the grammar forbids, so that position draws from the residual, as rejecting the token would have."""
     k = len(tokens)
     if sampler.chooses_as_argmax and constraint is None:
-        choices = logits[:k + 1] if logits.ndim == 1 else np.argmax(logits[:k + 1], axis=1)
-        n = common_prefix(choices[:k], tokens)
-        return n, choices[:n + 1].tolist()
+        # in Python over a few ints rather than in numpy: after a CPU pass numpy's code is out of the caches
+        choices = (logits if isinstance(logits, list) else logits.tolist() if logits.ndim == 1
+                   else np.argmax(logits[:k + 1], axis=1).tolist())
+        n = 0
+        if k:
+            drafted = tokens.tolist()
+            while n < k and choices[n] == drafted[n]:
+                n += 1
+        return n, choices[:n + 1]
     rejection_probs = draft_probs if acceptance == "rejection" else None
     emitted = []
     for i in range(k + 1):

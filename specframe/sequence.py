@@ -119,6 +119,14 @@ class Sequence:
     def last(self) -> int:
         return int(self._history[self.n_history - 1])
 
+    def fed(self, draft: np.ndarray) -> np.ndarray:
+        """What a step feeds the target, the last committed token and ``draft``: laid in the history's room past
+        its end (``n_max`` leaves room), where ``commit`` writes what the target chose."""
+        end = self.n_history
+        if len(draft):
+            self._history[end:end + len(draft)] = draft
+        return self._history[end - 1:end + len(draft)]
+
     def n_max(self, n_max: int, n_ctx: int) -> int:
         """The longest draft this sequence can take: it must not pass max_tokens or the context."""
         return min(n_max, self.max_tokens - len(self.generated) - 1, n_ctx - self.n_past - 1)
@@ -126,29 +134,31 @@ class Sequence:
     # --- a verified step -------------------------------------------------------------------------------------
 
     def commit(self, emitted: list[int], n_drafted: int = 0, drafter: str | None = None) -> int:
-        """Append what the target emitted after a pass, stopping at an end of generation, a stop string or
-        max_tokens; return how many of the tokens were kept. The first ``n_drafted`` were ``drafter``'s draft."""
+        """Append what the target emitted after a pass over ``fed``'s tokens, stopping at an end of generation, a
+        stop string or max_tokens; return how many of the tokens were kept. The first ``n_drafted`` were
+        ``drafter``'s draft, which ``fed`` laid in place."""
         self.n_past += len(emitted)   # the accepted drafts and the last token; the new last token is not in KV
         kept = 0
+        vocab, text, provenance = self._vocab, self._text, self._provenance
         for token in emitted:
-            if self._vocab.is_eog(token):
+            if vocab.is_eog(token):
                 self.stop_reason = "eog"
                 break
-            source = drafter if kept < n_drafted else None
-            self._history[self.n_history] = token
-            self.n_history += 1
-            self.generated.append(token)
             kept += 1
-            data = self._vocab.piece(token)
-            self._provenance.add(self._text.push(data), source)
-            if self._text.stopped:
-                self.stop_reason = "limit" if self._text.underindented else "stop"
-            elif len(self.generated) >= self.max_tokens:
+            data = vocab.piece(token)
+            provenance.add(text.push(data), drafter if kept <= n_drafted else None)
+            if text.stopped:
+                self.stop_reason = "limit" if text.underindented else "stop"
+            elif len(self.generated) + kept >= self.max_tokens:
                 self.stop_reason = "max_tokens"
             elif b"\n" in data and self.limits.past_predict_time(self.generation_ms):
                 self.stop_reason = "limit"
             if self.stop_reason:
                 break
+        for i in range(n_drafted, kept):     # the accepted draft lies in place already (``fed``)
+            self._history[self.n_history + i] = emitted[i]
+        self.n_history += kept
+        self.generated += emitted[:kept]
         if kept < n_drafted:
             self._provenance.unwritten(drafter, n_drafted - kept)
         return kept

@@ -529,8 +529,11 @@ def test_greedy_verification_runs_on_the_device_unless_logits_are_needed(engine_
 def test_off_or_on_a_cpu_the_host_scans_the_logits(engine_for, setting):
     engine = engine_for(DRAFTERS["ngram-simple"], target_extra=f"backend_sampling = {setting}")
     assert not engine.model.offloaded                       # this build: the CPU alone
-    engine.generate(PROMPT, raw=True, max_tokens=4)
-    assert not engine.context.chooses_on_device(0)
+    on_host = engine.generate(PROMPT, raw=True)
+    assert not engine.context.chooses_on_device(0) and engine.context.chooses_on_host(0)
+    traced = engine.generate(PROMPT, raw=True, track_margins=True)       # rows of logits, scanned by numpy
+    assert not engine.context.chooses_on_host(0)
+    assert traced.tokens == on_host.tokens and on_host.stats.n_accepted > 0
 
 
 
@@ -562,6 +565,7 @@ def one_layer_engine(write_config, one_layer_path):
             flash_attn = "off"
             """, name=f"one-layer-{len(engines)}.toml"))
         engine.context.choose_on_device(0, False)
+        engine.context.choose_on_host(0, False)
         engines.append(engine)
         return engine
 
@@ -587,6 +591,7 @@ def test_a_run_held_further_on_is_moved_into_place_and_decodes_as_a_fresh_prompt
     assert engine.reusable(0, b, 181) == 20
     sequence = engine.start(b, reuse=True, reuse_chunks=32)
     assert sequence.stats.n_cached_tokens == 200 and engine.context.positions(0) == 200
+    engine.context.choose_on_host(0, False)       # the request chose greedily: rows of logits for this check
     moved = engine.context.decode(b[200:], 200, all_logits=True).copy()
     expected = fresh.context.decode(b, 0, all_logits=True)[200:]
     assert np.abs(moved - expected).max() < 1e-3

@@ -2,9 +2,12 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specframe.errors import ModelError, SpecframeError
 from specframe.llama import Context, ContextFullError, Model, Segment
+from specframe.llama._native import native
 from specframe.testing.synthetic import write_synthetic_model
 
 
@@ -144,6 +147,51 @@ def test_sequences_in_one_batch_are_evaluated_and_rolled_back_apart(model):
             both.decode_batch([Segment(2, a, 0, 1)])
 
 
+def test_greedy_choices_made_on_the_host_stop_at_the_first_that_differs_from_the_next_token(model):
+    """The host's choices (hot_loops.c) are the rows' argmax, up to the first row whose choice is not the token fed
+    after it: a segment fed its own greedy continuation gets every row's, one fed a wrong token after its k-th row
+    gets k + 1; other sequences' rows come out as logits."""
+    prompt = model.vocab.tokenize("speculative decoding keeps")
+    other = model.vocab.tokenize("the quick brown fox jumps over")
+    with Context(model, n_ctx=64, n_seq_max=2) as context:
+        context.decode(prompt[:-1], 0)
+        fed = np.full(6, prompt[-1], dtype=np.int32)
+        for _ in range(6):      # each pass makes one more fed token the choice of the row before it
+            context.truncate(len(prompt) - 1)
+            (rows,) = context.decode_batch([Segment(0, fed, len(prompt) - 1, 6)])
+            want = rows.argmax(axis=1).tolist()
+            fed = np.array([prompt[-1], *want[:5]], dtype=np.int32)
+        assert fed[1:].tolist() == want[:5]
+        context.choose_on_host(0, True)
+        context.truncate(len(prompt) - 1)
+        (mine,) = context.decode_batch([Segment(0, fed, len(prompt) - 1, 6)])
+        assert mine == want
+        context.truncate(len(prompt) - 1)
+        mine, theirs = context.decode_batch([Segment(0, fed, len(prompt) - 1, 6), Segment(1, other, 0, 2)])
+        assert isinstance(mine, list) and 1 <= len(mine) <= 6 and theirs.shape == (2, model.vocab.n_tokens)
+        wrong = fed.copy()
+        wrong[3] = (wrong[3] + 1) % model.vocab.n_tokens      # row 2's choice is not the token fed after it
+        context.truncate(len(prompt) - 1)
+        (mine,) = context.decode_batch([Segment(0, wrong, len(prompt) - 1, 6)])
+        assert mine == want[:3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 300), st.data())
+def test_the_host_greedy_choice_is_numpys_argmax(n_rows, width, data):
+    """specframe_greedy_choices on rows with ties, infinities and widths off its block size: numpy.argmax's
+    choice (the first largest) for every row, when each row's choice is the next token fed."""
+    values = st.sampled_from([-np.inf, -2.5, -0.0, 0.0, 1.0, 1.5, np.inf]) | st.floats(-1e6, 1e6, width=32)
+    rows = np.array(data.draw(st.lists(st.lists(values, min_size=width, max_size=width), min_size=n_rows,
+                                       max_size=n_rows)), dtype=np.float32)
+    want = rows.argmax(axis=1).astype(np.int32)
+    ffi, lib = native()
+    out = ffi.new("int32_t[]", n_rows)
+    written = lib.specframe_greedy_choices(ffi.from_buffer("float[]", rows), n_rows, width,
+                                           ffi.from_buffer("int32_t[]", want[:-1].copy()), out)
+    assert ffi.unpack(out, written) == want.tolist()
+
+
 def test_greedy_choices_made_on_the_device_are_the_rows_argmax(model):
     a = model.vocab.tokenize("speculative decoding keeps")
     b = model.vocab.tokenize("the quick brown fox jumps over")
@@ -153,8 +201,7 @@ def test_greedy_choices_made_on_the_device_are_the_rows_argmax(model):
         both.choose_on_device(0, True)           # sequence 0 on the device, sequence 1 as before
         assert both.chooses_on_device(0) and not both.chooses_on_device(1)
         got_a, rows_b = both.decode_batch(segments)
-        assert got_a.dtype == np.int32 and got_a.shape == (len(a),)
-        np.testing.assert_array_equal(got_a, want_a)
+        assert got_a == want_a.tolist()
         assert rows_b.shape == (2, model.vocab.n_tokens)
         np.testing.assert_array_equal(rows_b.argmax(axis=1), want_b)
         both.choose_on_device(0, False)          # back to rows of logits

@@ -307,6 +307,7 @@ import hashlib, sys
 import numpy as np
 from specframe.engine import Engine
 with Engine.from_config(sys.argv[1]) as engine:
+    engine.context.choose_on_host(0, False)      # rows of logits, not greedy choices
     logits = engine.context.decode(np.arange(100, 116, dtype=np.int32), 0, all_logits=True)   # a view: read here
     print(hashlib.sha256(np.ascontiguousarray(logits).tobytes()).hexdigest())
 """

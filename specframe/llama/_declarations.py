@@ -2,10 +2,11 @@
 
 Structs end in ``...;`` so the C compiler, not this file, decides their layout: a header whose fields moved
 still binds correctly, and one whose fields were renamed fails at build time instead of corrupting memory.
-The binding module's name carries a hash of this text, so a stale build is never imported.
+The binding module's name carries a hash of this text and of hot_loops.c, so a stale build is never imported.
 """
 
 import hashlib
+import pathlib
 
 CDEF = r"""
 typedef int32_t llama_token;
@@ -200,8 +201,16 @@ int32_t llama_detokenize(const struct llama_vocab * vocab, const llama_token * t
 int32_t llama_chat_apply_template(const char * tmpl, const struct llama_chat_message * chat, size_t n_msg,
                                   bool add_ass, char * buf, int32_t length);
 
+int32_t specframe_batch_put(struct llama_batch * batch, int32_t at, const llama_token * tokens, int32_t n,
+                            llama_pos pos, llama_seq_id seq, int32_t n_logits, int32_t n_vocab);
+int32_t specframe_greedy_choices(const float * rows, int32_t n_rows, int32_t width, const llama_token * next,
+                                 int32_t * out);
+
 extern "Python" void specframe_log_callback(enum ggml_log_level level, const char * text, void * user_data);
 """
 
-DECLARATIONS_HASH = hashlib.sha256(CDEF.encode()).hexdigest()[:12]
+# specframe's own C, compiled into the binding beside the declarations of llama.h.
+HOT_LOOPS = (pathlib.Path(__file__).parent / "hot_loops.c").read_text()
+
+DECLARATIONS_HASH = hashlib.sha256((CDEF + HOT_LOOPS).encode()).hexdigest()[:12]
 MODULE_NAME = f"_specframe_llama_{DECLARATIONS_HASH}"

@@ -5,7 +5,7 @@ import pathlib
 import sys
 import tempfile
 
-from specframe.llama._declarations import CDEF, MODULE_NAME
+from specframe.llama._declarations import CDEF, HOT_LOOPS, MODULE_NAME
 
 
 def build(prefix: pathlib.Path) -> pathlib.Path:
@@ -22,7 +22,8 @@ def build(prefix: pathlib.Path) -> pathlib.Path:
     ffi.cdef(CDEF)
     ffi.set_source(
         MODULE_NAME,
-        '#include "llama.h"\n',
+        '#include "llama.h"\n' + HOT_LOOPS,
+        extra_compile_args=["-O3"],       # the lane loops of hot_loops.c vectorised
         include_dirs=[str(prefix / "include")],
         library_dirs=[str(prefix / "lib")],
         libraries=["llama", "ggml", "ggml-base"],   # ggml's device registry and CPU buffer type, called directly

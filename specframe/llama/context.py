@@ -66,6 +66,9 @@ class Segment:
     n_logits: int
 
 
+_TOKEN_ID = np.dtype(np.int32)
+
+
 class Batch:
     """A llama_batch whose token, position, sequence and output arrays are numpy views (one sequence per token).
     With a ``width`` it takes input embeddings of that width instead of token ids (``tokens`` is then
@@ -76,6 +79,7 @@ class Batch:
         self.capacity = capacity
         self._batch = self._lib.llama_batch_init(capacity, width, 1)
         b, ffi = self._batch, self._ffi
+        self._address = ffi.addressof(b)
         if width:
             self.tokens = np.frombuffer(ffi.buffer(b.embd, 4 * capacity * width), dtype=np.float32)
             self.tokens = self.tokens.reshape(capacity, width)
@@ -93,8 +97,20 @@ class Batch:
             b.seq_id[i] = seqs + i
         self._seqs_buffer = seqs
 
-    def fill(self, segments: list[Segment]) -> int:
-        """Lay the segments out one after another; return the number of tokens."""
+    def fill(self, segments: list[Segment], n_vocab: int) -> int:
+        """Lay the segments out one after another; return the number of tokens. A ValueError names a token id
+        outside [0, ``n_vocab``)."""
+        if self.tokens.ndim == 1:    # token ids: in C (hot_loops.c), a call per segment
+            n = 0
+            for s in segments:
+                tokens = s.tokens
+                if tokens.dtype is not _TOKEN_ID or not tokens.flags.c_contiguous:
+                    tokens = np.ascontiguousarray(tokens, dtype=_TOKEN_ID)
+                n = self._lib.specframe_batch_put(self._address, n, self._ffi.from_buffer("llama_token[]", tokens),
+                                                  len(tokens), s.start_pos, s.seq, s.n_logits, n_vocab)
+                if n < 0:
+                    raise ValueError(f"token ids must lie in [0, {n_vocab})")
+            return n
         n = 0
         for s in segments:
             end = n + len(s.tokens)
@@ -116,6 +132,7 @@ class Batch:
             for i, own in enumerate(self._own_seq_ids):
                 self._batch.seq_id[i] = own
             del self.tokens, self.positions, self.outputs, self.seqs, self._seqs_buffer   # views of freed memory
+            del self._address
             self._lib.llama_batch_free(self._batch)
             self._batch = None
 
@@ -126,7 +143,8 @@ class Context(Handle):
     ``decode`` feeds one sequence's tokens at explicit positions and ``decode_batch`` several sequences' in one
     pass; both return logits as numpy views into llama.cpp's buffer (valid until the next decode). ``truncate``
     drops a sequence's KV entries from a position on, which is how rejected drafts are undone. A sequence whose
-    greedy choice is made on the device (``choose_on_device``) gets each row's chosen token instead of its logits.
+    greedy choice is made on the device or the host (``choose_on_device``, ``choose_on_host``) gets each row's
+    chosen token instead of its logits.
     """
 
     _what = "context"
@@ -164,6 +182,9 @@ class Context(Handle):
         self._batch = Batch(model, self.n_batch)
         self._embedding_batch: Batch | None = None    # made on the first decode of input embeddings
         self._device_samplers: dict[int, object] = {}   # sequence -> its greedy sampler chain in the graph
+        self._host_choosers: set[int] = set()             # sequences whose greedy choices the host makes
+        self._no_rows = np.empty((0, self.n_vocab), dtype=np.float32)   # a segment that asked for no logits
+        self._choices = self._ffi.new("int32_t[]", self.n_batch)    # a segment's choices made on the host
         self.pass_seconds = 0.0     # the last decode_batch's time in llama_decode, its results waited for
         model._register_context(self)
         raise_pending_interrupt()
@@ -207,26 +228,39 @@ class Context(Handle):
     def chooses_on_device(self, seq: int) -> bool:
         return seq in self._device_samplers
 
-    def decode_batch(self, segments: list[Segment]) -> list[np.ndarray]:
-        """Evaluate every segment in one llama_decode; return each segment's logits, (n_logits, n_vocab), or for a
-        sequence that chooses on the device its rows' greedy choices, (n_logits,) token ids."""
-        n = sum(len(s.tokens) for s in segments)
-        if n > self.n_batch:
-            raise ValueError(f"a batch holds at most n_batch={self.n_batch} tokens, got {n}")
+    def choose_on_host(self, seq: int, on: bool) -> None:
+        """Have sequence ``seq``'s greedy choices made on the host as each pass ends, in C (hot_loops.c), where the
+        device does not make them (``choose_on_device``): its rows then come out as token ids too, the same
+        choice, a row's first largest logit, up to the first row whose choice differs from the token fed after it
+        (greedy verification keeps nothing past it)."""
+        if on:
+            self._host_choosers.add(seq)
+        else:
+            self._host_choosers.discard(seq)
+
+    def chooses_on_host(self, seq: int) -> bool:
+        return seq in self._host_choosers
+
+    def decode_batch(self, segments: list[Segment]) -> list:
+        """Evaluate every segment in one llama_decode; return each segment's logits, (n_logits, n_vocab), a view
+        valid until the next decode, or for a sequence that makes its greedy choice on the device or the host, its
+        rows' choices, a list of token ids (``choose_on_host``: up to the first that differs from the next token)."""
+        n = 0
         embedded = segments[0].tokens.ndim == 2
         for s in segments:
             if len(s.tokens) == 0:
                 raise ValueError("decode needs at least one token")
             if (s.tokens.ndim == 2) != embedded:
                 raise ValueError("a batch holds either token ids or input embeddings, not both")
-            if not embedded and (int(s.tokens.min()) < 0 or int(s.tokens.max()) >= self.n_vocab):
-                raise ValueError(f"token ids must lie in [0, {self.n_vocab})")
             if not 0 <= s.seq < self.n_seq_max:
                 raise ValueError(f"sequence {s.seq} is not in [0, {self.n_seq_max})")
             self._check_room(s.start_pos, len(s.tokens))
+            n += len(s.tokens)
+        if n > self.n_batch:
+            raise ValueError(f"a batch holds at most n_batch={self.n_batch} tokens, got {n}")
         handle = self.handle
         batch = self._batch_of_embeddings(segments[0].tokens.shape[1]) if embedded else self._batch
-        batch.fill(segments)
+        batch.fill(segments, self.n_vocab)
         started = time.perf_counter()
         status = self._lib.llama_decode(handle, batch.struct)
         raise_pending_interrupt()
@@ -234,19 +268,28 @@ class Context(Handle):
             raise ContextFullError(f"no room in the KV memory for {n} more tokens (n_ctx={self.n_ctx})")
         if status != 0:
             raise DecodeError(f"llama_decode failed with status {status}")
-        n_out = sum(s.n_logits for s in segments)
         raw = self._lib.llama_get_logits(handle)     # waits for a GPU to finish the pass
         self.pass_seconds = time.perf_counter() - started
-        rows = np.frombuffer(self._ffi.buffer(raw, 4 * n_out * self.n_vocab), dtype=np.float32)
-        rows = rows.reshape(n_out, self.n_vocab)
-        sampled = self._lib.llama_get_sampled_token_ith
-        outputs: list[np.ndarray] = []
+        outputs: list = []
+        rows = None
         row = end = 0
         for s in segments:
             end += len(s.tokens)
-            if s.n_logits and s.seq in self._device_samplers:
-                outputs.append(np.array([sampled(handle, i) for i in range(end - s.n_logits, end)], dtype=np.int32))
+            if not s.n_logits:
+                outputs.append(self._no_rows)
+            elif s.seq in self._device_samplers:
+                sampled = self._lib.llama_get_sampled_token_ith
+                outputs.append([sampled(handle, i) for i in range(end - s.n_logits, end)])
+            elif s.seq in self._host_choosers:
+                following = self._ffi.NULL if embedded else batch.struct.token + end - s.n_logits + 1
+                chosen = self._lib.specframe_greedy_choices(raw + row * self.n_vocab, s.n_logits, self.n_vocab,
+                                                            following, self._choices)
+                outputs.append(self._ffi.unpack(self._choices, chosen))
             else:
+                if rows is None:
+                    n_out = sum(segment.n_logits for segment in segments)
+                    rows = np.frombuffer(self._ffi.buffer(raw, 4 * n_out * self.n_vocab), dtype=np.float32)
+                    rows = rows.reshape(n_out, self.n_vocab)
                 outputs.append(rows[row:row + s.n_logits])
             row += s.n_logits
         return outputs

@@ -224,6 +224,10 @@ class Vocab:
             lib.llama_vocab_fim_pre, lib.llama_vocab_fim_suf, lib.llama_vocab_fim_mid, lib.llama_vocab_fim_pad,
             lib.llama_vocab_fim_rep, lib.llama_vocab_fim_sep)))
         self._piece_buf = self._ffi.new("char[]", 256)
+        # Each token's piece and end-of-generation mark, looked up once: a step's commit reads them from
+        # dictionaries, not through libllama's code, which a CPU pass evicts from the caches.
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
         self._grammar_tokenizer = None
 
     def incompatibility(self, draft: "Vocab") -> str | None:
@@ -249,7 +253,10 @@ class Vocab:
 
     def is_eog(self, token: int) -> bool:
         """End of generation: EOS, EOT and the other tokens the model marks as ending a turn."""
-        return bool(self._lib.llama_vocab_is_eog(self._handle, token))
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(self._lib.llama_vocab_is_eog(self._handle, token))
+        return eog
 
     def is_control(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_control(self._handle, token))
@@ -261,13 +268,19 @@ class Vocab:
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The bytes this token stands for in output text; may be part of a multi-byte character."""
+        if not special and token in self._pieces:
+            return self._pieces[token]
         self._check(token)
         n = self._lib.llama_token_to_piece(self._handle, token, self._piece_buf, 256, 0, special)
         if n < 0:
             buf = self._ffi.new("char[]", -n)
             n = self._lib.llama_token_to_piece(self._handle, token, buf, -n, 0, special)
-            return self._ffi.unpack(buf, n)
-        return self._ffi.unpack(self._piece_buf, n)
+            piece = self._ffi.unpack(buf, n)
+        else:
+            piece = self._ffi.unpack(self._piece_buf, n)
+        if not special:
+            self._pieces[token] = piece
+        return piece
 
     def grammar_tokenizer(self):
         """This vocabulary as llguidance's ``LLTokenizer`` (made once per vocabulary, a pass over every token):
