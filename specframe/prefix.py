@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import numpy as np
 
+SHORT = 64   # sequences compared in Python at most this long: numpy's calls cost more on a draft's few tokens
 
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """How many leading tokens ``a`` and ``b`` share (at most the shorter's length)."""
+
+def common_prefix(a: np.ndarray | list[int], b: np.ndarray | list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` (arrays or lists) share (at most the shorter's length)."""
     n = min(len(a), len(b))
-    differ = np.flatnonzero(a[:n] != b[:n])
+    if n <= SHORT:
+        same = 0
+        for x, y in zip(_listed(a, n), _listed(b, n)):
+            if x != y:
+                break
+            same += 1
+        return same
+    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
     return int(differ[0]) if differ.size else n
+
+
+def _listed(tokens: np.ndarray | list[int], n: int) -> list[int]:
+    """The first ``n`` of ``tokens`` as Python ints."""
+    if isinstance(tokens, np.ndarray):
+        return (tokens if len(tokens) <= SHORT else tokens[:n]).tolist()
+    return tokens
 
 
 def reusable_chunks(held: np.ndarray, prompt: np.ndarray, min_chunk: int) -> tuple[int, list[tuple[int, int, int]]]:

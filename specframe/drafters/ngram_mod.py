@@ -214,10 +214,10 @@ class NgramModDrafter(IncrementalDrafter):
         h = 0
         for token in window:
             h = (h * _MULTIPLIER + token) & _MASK
-        size, lead = params.pool_size, self._lead
+        size, lead, pool = params.pool_size, self._lead, self.pool
         chain: list[int] = []
-        for i in range(params.n_max):
-            token = int(self.pool[h % size])
+        for i in range(min(params.n_max, max(params.n_min, n_max))):   # past both, a chain is neither cut nor kept
+            token = pool.item(h % size)
             if token == _EMPTY:
                 if i < params.n_min:
                     return NO_DRAFT

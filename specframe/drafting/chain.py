@@ -229,7 +229,7 @@ class DrafterChain:
         if chosen is None:
             return NO_DRAFT
         self._chosen = chosen
-        self.expected = 1.0 + chosen.entry.record.trust * (float(expected_tokens(chosen.p)[-1]) - 1.0)
+        self.expected = 1.0 + chosen.entry.record.trust * (expected_tokens(chosen.p)[-1] - 1.0)
         chosen.entry.stats.wins += 1
         chosen.entry.stats.drafted_tokens += len(chosen.draft)
         return chosen.draft
@@ -249,7 +249,7 @@ class DrafterChain:
         next token). Every draft of this step is scored against them, and its drafter hears ``accept`` once they
         decide it (``decided``)."""
         if self._sat_out:
-            self._hear(np.asarray(emitted))
+            self._hear(emitted)
             return
         accepting = time.perf_counter()
         drafted = len(self._chosen.draft) if self._chosen is not None else 0
@@ -263,7 +263,6 @@ class DrafterChain:
             by_position.extend([0] * (n_accepted - len(by_position)))
             for position in range(n_accepted):
                 by_position[position] += 1
-        emitted = np.asarray(emitted)
         if len(self._agreed):
             agreed = common_prefix(self._agreed, emitted)
             self._agreement(self._agreed_support).observe(agreed, refuted(len(self._agreed), agreed, len(emitted)))
@@ -295,7 +294,7 @@ class DrafterChain:
             self.upkeep.observe(self._spent + time.perf_counter() - accepting, saved, single)
         self._asked_cheap, self._asked_costly = [], []
 
-    def _hear(self, emitted: np.ndarray) -> None:
+    def _hear(self, emitted: np.ndarray | list[int]) -> None:
         """Every drafter's record hears what the target emitted, at every step, asked or not: it decides the drafts
         that were not verified (DrafterRecord.heard), and plain decoding's time for those tokens is what its probes
         may cost a share of (gain.ProbeBudget)."""
@@ -424,7 +423,7 @@ class DrafterChain:
                     k_trusted, trusted = best_cut(candidate.p, self.cost, n_min=self.n_min, share=self._share)
                     candidate.unverified_cut = k_trusted if self._worth_verifying(trusted, plain) else 0
             else:
-                k, rate = len(candidate.p), float(expected_tokens(candidate.p)[-1])
+                k, rate = len(candidate.p), expected_tokens(candidate.p)[-1]
             if best is None or rate > best[1]:
                 best = (candidate, rate, k)
         return best
@@ -571,6 +570,8 @@ class InvalidDraft(ValueError):
 
 
 PROBS_TOLERANCE = 1e-3   # a row of draft probabilities must sum to 1 within this
+_TOKEN_ID = np.dtype(np.int32)
+_OUTSIDE = "drafted a token id outside the vocabulary [0, {})"
 
 
 def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
@@ -580,6 +581,12 @@ def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
     probabilities: any other numbers would bias the output silently."""
     if result is None or result is NO_DRAFT:
         return NO_DRAFT
+    if (type(result) is Draft and result.probs is None and type(result.tokens) is np.ndarray
+            and result.tokens.dtype is _TOKEN_ID and result.tokens.ndim == 1 and len(result.tokens) <= n_max):
+        ids = result.tokens.tolist()    # the built-ins' drafts, at every step: checked without numpy's calls
+        if ids and (min(ids) < 0 or max(ids) >= n_vocab):
+            raise InvalidDraft(_OUTSIDE.format(n_vocab))
+        return result
     if not isinstance(result, Draft):
         if not _token_ids(result):
             raise InvalidDraft(f"draft() returned {type(result).__name__}: expected a Draft, NO_DRAFT, None or "
@@ -593,7 +600,7 @@ def valid_draft(result, n_vocab: int, n_max: int) -> Draft:
     if not _token_ids(tokens):
         raise InvalidDraft("draft tokens must be a 1-D array of integer token ids")
     if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= n_vocab):
-        raise InvalidDraft(f"drafted a token id outside the vocabulary [0, {n_vocab})")
+        raise InvalidDraft(_OUTSIDE.format(n_vocab))
     if len(tokens) > n_max:
         tokens = tokens[:n_max]
     tokens = tokens.astype(np.int32, copy=False)

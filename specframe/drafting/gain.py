@@ -376,7 +376,7 @@ class DrafterRecord:
     def run_of(self, draft_tokens: np.ndarray) -> int:
         """The run bucket of a draft: 0 unless it carries on the drafter's last draft, which held up so far."""
         n = min(len(draft_tokens), len(self._rest))
-        carries_on = n and np.array_equal(draft_tokens[:n], self._rest[:n])
+        carries_on = n and common_prefix(draft_tokens, self._rest) == n
         return _bucket(self._run) if carries_on else 0
 
     def p(self, length: int, run: int, support: int | None = None, caution: float = CAUTION) -> np.ndarray:
@@ -464,7 +464,7 @@ class DrafterRecord:
         """One of its drafts, whose tokens were estimated ``p``, was verified: ``n_accepted`` stood. Chosen drafts
         are those whose estimates were highest, so these are where estimates are most likely to promise too
         much."""
-        self._calibrated(float(np.cumprod(p).sum()), n_accepted)
+        self._calibrated(expected_tokens(p)[-1] - 1.0, n_accepted)
 
     def not_verified(self, tokens: np.ndarray, p: np.ndarray) -> None:
         """A draft of it, cut to ``tokens`` as a verification would have cut it (estimated ``p``), was not verified:
@@ -478,7 +478,7 @@ class DrafterRecord:
             self._unverified, self._unverified_heard = tokens, 0
             self._unverified_expected = np.cumprod(p)
 
-    def heard(self, emitted: np.ndarray, drafted: bool) -> None:
+    def heard(self, emitted: np.ndarray | list[int], drafted: bool) -> None:
         """The target emitted ``emitted`` at this step, which may decide the draft followed (``not_verified``).
         Where it made no draft this step (not asked, sat out, or nothing to draft: ``drafted`` False), its last
         draft carries on while the output follows it, as it does through the steps it drafts: a copy under way is
@@ -508,7 +508,7 @@ class DrafterRecord:
         self._expected = weight * self._expected + expected
         self._confirmed = weight * self._confirmed + confirmed
 
-    def score(self, draft_tokens: np.ndarray, run: int, support: int, emitted: np.ndarray) -> int:
+    def score(self, draft_tokens: np.ndarray, run: int, support: int, emitted: np.ndarray | list[int]) -> int:
         """Score a draft against the tokens the target emitted; return how many it got right."""
         confirmed = common_prefix(draft_tokens, emitted)
         went_wrong = refuted(len(draft_tokens), confirmed, len(emitted))
@@ -666,10 +666,15 @@ def _bucket(run: int) -> int:
     return bisect.bisect_right(RUNS, run) - 1
 
 
-def expected_tokens(p: np.ndarray) -> np.ndarray:
+def expected_tokens(p: np.ndarray) -> list[float]:
     """Expected tokens from a pass that verifies the first k draft tokens, for k = 0..len(p), when token i is
-    accepted with probability p[i] once all before it were (the pass's own token always counts)."""
-    return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(p))))
+    accepted with probability p[i] once all before it were (the pass's own token always counts). In plain floats:
+    a draft has a few tokens, and numpy's calls on them cost more (see best_cut)."""
+    expected, all_right = [1.0], 1.0
+    for accepted in p.tolist():
+        all_right *= accepted
+        expected.append(expected[-1] + all_right)
+    return expected
 
 
 def plain_rate(cost: PassCost, share: PassShare = ALONE) -> float:

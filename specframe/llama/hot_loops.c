@@ -94,3 +94,22 @@ int32_t specframe_greedy_choices(const float * rows, int32_t n_rows, int32_t wid
     }
     return 0;
 }
+
+int32_t specframe_context_match(const llama_token * history, int32_t n, llama_token next, int32_t longest)
+{
+    /* The longest k <= longest such that the last k tokens of history were followed by next somewhere before
+     * (drafting.support): each earlier place next stands is compared back, token by token, with the end. */
+    int32_t limit = n - 1 < longest ? n - 1 : longest;
+    int32_t best = 0;
+    for (int32_t at = 1; at < n && best < limit; at++) {
+        if (history[at] != next) {
+            continue;
+        }
+        int32_t k = 0;
+        while (k < limit && at - 1 - k >= 0 && history[at - 1 - k] == history[n - 1 - k]) {
+            k++;
+        }
+        best = k > best ? k : best;
+    }
+    return best;
+}

@@ -1,0 +1,19 @@
+"""Scans over token arrays that run at every step, in C (hot_loops.c): after a CPU pass numpy's code is out of
+the caches, and a scan of a few numpy calls cost more than the drafter that asked for it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specframe.llama._native import native
+
+_TOKEN_ID = np.dtype(np.int32)
+
+
+def context_match(tokens: np.ndarray, next_token: int, longest: int) -> int:
+    """The longest k <= ``longest`` such that the last k of ``tokens`` were followed by ``next_token`` earlier in
+    them (0: not even the last one was)."""
+    if tokens.dtype is not _TOKEN_ID or not tokens.flags.c_contiguous:
+        tokens = np.ascontiguousarray(tokens, dtype=_TOKEN_ID)
+    ffi, lib = native()
+    return lib.specframe_context_match(ffi.from_buffer("llama_token[]", tokens), len(tokens), next_token, longest)
