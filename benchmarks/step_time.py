@@ -12,7 +12,8 @@ can pay where nothing is drafted (docs/design.md, performance method). The engin
 ``host_ms_per_pass`` (decoding outside llama_decode, over the whole request), is shown beside. ``--target`` runs
 another target under the config's drafters (a catalog name or a GGUF path: the synthetic model shows the host's
 time with its caches warm, as beside a GPU; on a CPU a real model's pass evicts them, see docs/design.md);
-``--draftless`` leaves out the drafters that run a model. Last, the single-sequence passes of all the
+``--draftless`` leaves out the drafters that run a model. Then the floor: the host's time a pass of a loop that
+only feeds the context one token and reads its greedy choice back. Last, the single-sequence passes of all the
 runs by size, each timed against what the engine's pass-cost table prices it at: where `specframe bench` models a
 speedup its runs do not reach, this says whether the table or the engine's own time is off. Not a test: meaningful
 on an otherwise idle machine only. A GPU run sets the layers through the environment, e.g.
@@ -32,6 +33,7 @@ import numpy as np
 
 from specframe.bench.workloads import workloads
 from specframe.engine import Engine
+from specframe.llama import Segment
 from specframe.overrides import parse_set
 
 
@@ -119,6 +121,27 @@ def measure(engine: Engine, timer: DecodeTimer, workload, speculative: bool,
                     result.stats.chain_seconds, wall, result.stats.host_ms_per_pass)
 
 
+def floor_ms(engine: Engine, n_passes: int = 256) -> float:
+    """The least a step can spend outside the target's pass, in ms a pass: the target's context alone, fed one
+    token a pass and its greedy choice read back (made on the host or the device as a plain request's would be),
+    nothing drafted, committed or counted. What the engine spends beyond it is its own."""
+    context, slot = engine.context, 0
+    prompt = engine.prompt_tokens("Write a haiku about the sea.")
+    engine.start(prompt)     # sets the slot's greedy choosing as a plain request does
+    context.truncate(0, slot)
+    context.decode(prompt[:-1], 0, seq=slot)
+    token, position, outside = np.array(prompt[-1:], dtype=np.int32), len(prompt) - 1, 0.0
+    start = time.perf_counter()
+    for _ in range(n_passes):
+        (choices,) = context.decode_batch([Segment(slot, token, position, 1)])
+        outside -= context.pass_seconds
+        token[0] = choices[0] if isinstance(choices, list) else int(np.argmax(choices[0]))
+        position += 1
+    outside += time.perf_counter() - start
+    context.truncate(0, slot)
+    return 1e3 * outside / n_passes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=pathlib.Path, default=pathlib.Path("config.example.toml"))
@@ -141,6 +164,8 @@ def main() -> None:
             for workload in workloads(tuple(args.workload), args.max_tokens):
                 for speculative in (False, True):
                     print(measure(engine, timer, workload, speculative, drafters).line(), flush=True)
+        print(f"floor: {floor_ms(engine):.3f} ms a pass outside it (the context alone, one token a pass, "
+              "its greedy choice read back)")
         print("single-sequence passes by size, against the pass-cost table:")
         print("\n".join(timer.by_size()))
 

@@ -262,6 +262,10 @@ def test_step_time_splits_each_run_into_its_passes_and_the_rest(step_time, write
         timer = step_time.DecodeTimer(engine)
         plain = step_time.measure(engine, timer, workload, speculative=False)
         drafted = step_time.measure(engine, timer, workload, speculative=True)
+        passes = timer.passes
+        floor = step_time.floor_ms(engine, 16)
+        assert floor > 0 and timer.passes == passes + 16 + 1     # its passes, and its prompt's
+        assert engine.context.positions(0) == 0 and engine.kept(0) == 0      # the slot left empty
     for run in (plain, drafted):
         assert 0 < run.decode_seconds < run.wall_seconds and run.rest_seconds > 0
         assert 0 < run.host_ms_per_pass and f"host {run.host_ms_per_pass:.3f}" in run.line()
