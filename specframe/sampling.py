@@ -403,9 +403,3 @@ def log_probabilities(rows: np.ndarray, tokens: Sequence[int], n_top: int) -> li
             top = tuple((int(t), float(row[t] - log_total)) for t in best)
         entries.append(TokenLogprob(int(token), float(row[token] - log_total), top))
     return entries
-
-
-def top2_margin(logits: np.ndarray) -> np.ndarray:
-    """Gap between the best and second-best logit of each row: how close a greedy choice was to a tie."""
-    top2 = np.partition(logits, -2, axis=-1)[..., -2:]
-    return top2[..., 1] - top2[..., 0]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specframe.sampling import top2_margin
+from specframe.llama.scans import top2_margins
 
 
 @dataclass(frozen=True)
@@ -43,5 +43,5 @@ class Trace:
         """A pass laid out as ``layout``, whose segment ``mine`` was this request's, took ``seconds`` and chose
         ``kept`` generated tokens from the first rows of ``logits``."""
         if kept and logits is not None:
-            self.margins.extend(top2_margin(logits[:kept]).tolist())
+            self.margins.extend(top2_margins(logits[:kept]))
         self.passes.append(Pass(layout, mine, kept, seconds))

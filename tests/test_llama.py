@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from specframe.errors import ModelError, SpecframeError
 from specframe.llama import Context, ContextFullError, Model, Segment
 from specframe.llama._native import native
+from specframe.llama.scans import top2_margins
 from specframe.testing.synthetic import write_synthetic_model
 
 
@@ -190,6 +191,20 @@ def test_the_host_greedy_choice_is_numpys_argmax(n_rows, width, data):
     written = lib.specframe_greedy_choices(ffi.from_buffer("float[]", rows), n_rows, width,
                                            ffi.from_buffer("int32_t[]", want[:-1].copy()), out)
     assert ffi.unpack(out, written) == want.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 3), st.integers(2, 200), st.data())
+def test_a_rows_top2_margin_is_its_largest_less_its_second_largest(n_rows, width, data):
+    """top2_margins (hot_loops.c) against numpy's partition: ties give 0, infinities and widths off the block size
+    included."""
+    values = st.sampled_from([-np.inf, -2.5, 0.0, 1.0, np.inf]) | st.floats(-1e6, 1e6, width=32)
+    rows = np.array(data.draw(st.lists(st.lists(values, min_size=width, max_size=width), min_size=n_rows,
+                                       max_size=n_rows)), dtype=np.float32)
+    top2 = np.partition(rows, -2, axis=1)[:, -2:]
+    with np.errstate(invalid="ignore"):       # inf - inf
+        want = top2[:, 1] - top2[:, 0]
+    np.testing.assert_array_equal(np.array(top2_margins(rows), dtype=np.float32), want)
 
 
 def test_greedy_choices_made_on_the_device_are_the_rows_argmax(model):

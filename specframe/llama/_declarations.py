@@ -205,6 +205,7 @@ int32_t specframe_batch_put(struct llama_batch * batch, int32_t at, const llama_
                             llama_pos pos, llama_seq_id seq, int32_t n_logits, int32_t n_vocab);
 int32_t specframe_greedy_choices(const float * rows, int32_t n_rows, int32_t width, const llama_token * next,
                                  int32_t * out);
+void specframe_top2_margins(const float * rows, int32_t n_rows, int32_t width, float * out);
 int32_t specframe_context_match(const llama_token * history, int32_t n, llama_token next, int32_t longest);
 
 extern "Python" void specframe_log_callback(enum ggml_log_level level, const char * text, void * user_data);
