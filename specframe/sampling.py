@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from specframe.errors import ParamError
+from specframe.llama.scans import greedy_choices
 from specframe.params import INT32_MAX, param, within_bounds
 
 if TYPE_CHECKING:
@@ -324,7 +325,7 @@ def verify(logits: np.ndarray, tokens: np.ndarray, draft_probs: np.ndarray | Non
     if sampler.chooses_as_argmax and constraint is None:
         # in Python over a few ints rather than in numpy: after a CPU pass numpy's code is out of the caches
         choices = (logits if isinstance(logits, list) else logits.tolist() if logits.ndim == 1
-                   else np.argmax(logits[:k + 1], axis=1).tolist())
+                   else greedy_choices(logits[:k + 1], tokens))
         n = 0
         if k:
             drafted = tokens.tolist()

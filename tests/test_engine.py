@@ -531,7 +531,7 @@ def test_off_or_on_a_cpu_the_host_scans_the_logits(engine_for, setting):
     assert not engine.model.offloaded                       # this build: the CPU alone
     on_host = engine.generate(PROMPT, raw=True)
     assert not engine.context.chooses_on_device(0) and engine.context.chooses_on_host(0)
-    traced = engine.generate(PROMPT, raw=True, track_margins=True)       # rows of logits, scanned by numpy
+    traced = engine.generate(PROMPT, raw=True, track_margins=True)       # rows of logits, scanned in verify()
     assert not engine.context.chooses_on_host(0)
     assert traced.tokens == on_host.tokens and on_host.stats.n_accepted > 0
 
