@@ -189,11 +189,12 @@ class Context(Handle):
         model._register_context(self)
         raise_pending_interrupt()
 
-    def decode(self, tokens, start_pos: int, *, all_logits: bool = False, seq: int = 0) -> np.ndarray:
+    def decode(self, tokens, start_pos: int, *, all_logits: bool = False, seq: int = 0):
         """Evaluate ``tokens`` of sequence ``seq`` at positions ``start_pos...``; return float32 logits of shape
-        (n_out, n_vocab): one row per token when ``all_logits``, else the last token's row only. Longer inputs
-        than the batch size are split (then only the last token's logits can be had). ``tokens``: token ids, or a
-        (n, n_embd) array of input embeddings."""
+        (n_out, n_vocab): one row per token when ``all_logits``, else the last token's row only (for a sequence
+        whose greedy choices are made as the pass ends, those choices: ``decode_batch``). Longer inputs than the
+        batch size are split (then only the last token's logits can be had). ``tokens``: token ids, or a (n, n_embd)
+        array of input embeddings."""
         tokens = np.asarray(tokens, dtype=np.float32 if np.ndim(tokens) == 2 else np.int32)
         n = len(tokens)
         if n == 0:
