@@ -127,7 +127,7 @@ def floor_ms(engine: Engine, n_passes: int = 256) -> float:
     nothing drafted, committed or counted. What the engine spends beyond it is its own."""
     context, slot = engine.context, 0
     prompt = engine.prompt_tokens("Write a haiku about the sea.")
-    engine.start(prompt)     # sets the slot's greedy choosing as a plain request does
+    engine.start(prompt, speculative=False)     # sets the slot's greedy choosing as a plain request does
     context.truncate(0, slot)
     context.decode(prompt[:-1], 0, seq=slot)
     token, position, outside = np.array(prompt[-1:], dtype=np.int32), len(prompt) - 1, 0.0
