@@ -12,6 +12,7 @@ from specframe.errors import SpecframeError
 from specframe.llama._handle import Handle
 from specframe.llama._native import native, raise_pending_interrupt
 from specframe.llama.model import Model
+from specframe.llama.scans import as_token_ids
 from specframe.model_settings import ModelSettings
 
 
@@ -66,9 +67,6 @@ class Segment:
     n_logits: int
 
 
-_TOKEN_ID = np.dtype(np.int32)
-
-
 class Batch:
     """A llama_batch whose token, position, sequence and output arrays are numpy views (one sequence per token).
     With a ``width`` it takes input embeddings of that width instead of token ids (``tokens`` is then
@@ -103,11 +101,9 @@ class Batch:
         if self.tokens.ndim == 1:    # token ids: in C (hot_loops.c), a call per segment
             n = 0
             for s in segments:
-                tokens = s.tokens
-                if tokens.dtype is not _TOKEN_ID or not tokens.flags.c_contiguous:
-                    tokens = np.ascontiguousarray(tokens, dtype=_TOKEN_ID)
-                n = self._lib.specframe_batch_put(self._address, n, self._ffi.from_buffer("llama_token[]", tokens),
-                                                  len(tokens), s.start_pos, s.seq, s.n_logits, n_vocab)
+                tokens = self._ffi.from_buffer("llama_token[]", as_token_ids(s.tokens))
+                n = self._lib.specframe_batch_put(self._address, n, tokens, len(s.tokens), s.start_pos, s.seq,
+                                                  s.n_logits, n_vocab)
                 if n < 0:
                     raise ValueError(f"token ids must lie in [0, {n_vocab})")
             return n

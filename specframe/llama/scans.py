@@ -10,25 +10,30 @@ from specframe.llama._native import native
 _TOKEN_ID = np.dtype(np.int32)
 
 
+def as_token_ids(tokens: np.ndarray) -> np.ndarray:
+    """``tokens`` as C reads them, contiguous int32: copied only where they are not so already (the engine's and
+    the drafters' arrays are)."""
+    if tokens.dtype is not _TOKEN_ID or not tokens.flags.c_contiguous:
+        return np.ascontiguousarray(tokens, dtype=_TOKEN_ID)
+    return tokens
+
+
 def context_match(tokens: np.ndarray, next_token: int, longest: int) -> int:
     """The longest k <= ``longest`` such that the last k of ``tokens`` were followed by ``next_token`` earlier in
     them (0: not even the last one was)."""
-    if tokens.dtype is not _TOKEN_ID or not tokens.flags.c_contiguous:
-        tokens = np.ascontiguousarray(tokens, dtype=_TOKEN_ID)
     ffi, lib = native()
-    return lib.specframe_context_match(ffi.from_buffer("llama_token[]", tokens), len(tokens), next_token, longest)
+    return lib.specframe_context_match(ffi.from_buffer("llama_token[]", as_token_ids(tokens)), len(tokens),
+                                       next_token, longest)
 
 
 def greedy_choices(rows: np.ndarray, drafted: np.ndarray) -> list[int]:
     """The rows' greedy choices (each row's first largest logit) up to the first that is not the drafted token
     after it (row i is followed by ``drafted[i]``): greedy verification keeps nothing past it."""
     rows = np.ascontiguousarray(rows, dtype=np.float32)
-    if drafted.dtype is not _TOKEN_ID or not drafted.flags.c_contiguous:
-        drafted = np.ascontiguousarray(drafted, dtype=_TOKEN_ID)
     ffi, lib = native()
     out = ffi.new("int32_t[]", len(rows))
     chosen = lib.specframe_greedy_choices(ffi.from_buffer("float[]", rows), len(rows), rows.shape[1],
-                                          ffi.from_buffer("llama_token[]", drafted), out)
+                                          ffi.from_buffer("llama_token[]", as_token_ids(drafted)), out)
     return ffi.unpack(out, chosen)
 
 
